@@ -1,0 +1,73 @@
+"""Byte encodings of flat vectors. Only raw numeric bytes: nothing is unpickled.
+
+``dense-f32le`` is the baseline: ``d`` little-endian float32 values. Compressed
+encodings (sparse, sketch) register their decoders here so the coordinator decodes
+every update through one validated entry point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+
+from fedplat.transport.errors import InvalidArgument
+
+DENSE_F32 = "dense-f32le"
+
+Decoder = Callable[[bytes, int, Mapping[str, str]], torch.Tensor]
+_DECODERS: dict[str, Decoder] = {}
+
+
+def register_decoder(encoding: str, decoder: Decoder) -> None:
+    if encoding in _DECODERS:
+        raise ValueError(f"decoder for {encoding!r} is already registered")
+    _DECODERS[encoding] = decoder
+
+
+def available_encodings() -> list[str]:
+    return sorted(_DECODERS)
+
+
+def encode_dense(vec: torch.Tensor) -> bytes:
+    """``[d]`` tensor -> little-endian float32 bytes (no copy when already f32 LE)."""
+    arr = vec.detach().to(torch.float32).contiguous().numpy()
+    return arr.astype("<f4", copy=False).tobytes()
+
+
+def _decode_dense(data: bytes, numel: int, params: Mapping[str, str]) -> torch.Tensor:
+    if len(data) != 4 * numel:
+        raise InvalidArgument(
+            f"dense payload has {len(data)} bytes, layout needs {4 * numel} "
+            f"({numel} float32 values)"
+        )
+    arr = np.frombuffer(data, dtype="<f4")
+    # Copy: frombuffer over immutable bytes gives a read-only array.
+    return torch.from_numpy(arr.astype(np.float32, copy=True))
+
+
+register_decoder(DENSE_F32, _decode_dense)
+
+
+def decode(encoding: str, data: bytes, numel: int,
+           params: Mapping[str, str] | None = None) -> torch.Tensor:
+    """Decode an update's bytes into a finite ``[numel]`` float32 vector."""
+    if encoding not in _DECODERS:
+        raise InvalidArgument(
+            f"unknown encoding {encoding!r}; supported: {', '.join(available_encodings())}"
+        )
+    vec = _DECODERS[encoding](data, numel, params or {})
+    if vec.shape != (numel,):
+        raise InvalidArgument(f"decoded update has shape {list(vec.shape)}, expected [{numel}]")
+    finite = torch.isfinite(vec)
+    if not bool(finite.all()):
+        raise InvalidArgument(
+            f"update holds {int((~finite).sum())} non-finite values (NaN or Inf)"
+        )
+    return vec
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,109 @@
+"""Checkpoints as safetensors files (never pickle), written atomically.
+
+A checkpoint holds the global model vector, the server optimizer's state and the
+aggregator's state, plus string metadata (run id, round, layout JSON).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from fedplat.vectors import Layout
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt or belongs to another run/layout."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    run_id: str
+    round: int
+    model_version: int
+    layout: Layout
+    weights: torch.Tensor  # [d] float32
+    optimizer_state: dict[str, torch.Tensor]
+    aggregator_state: dict[str, torch.Tensor]
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_checkpoint(directory: str | os.PathLike[str], ckpt: Checkpoint) -> tuple[str, str]:
+    """Write ``round_XXXXXX.safetensors`` atomically; return ``(path, sha256)``."""
+    d = Path(directory) / ckpt.run_id
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / f"round_{ckpt.round:06d}.safetensors"
+    tmp = final.with_suffix(".tmp")
+    tensors = {"weights": ckpt.weights.contiguous()}
+    tensors.update({f"opt.{k}": v.contiguous() for k, v in ckpt.optimizer_state.items()})
+    tensors.update({f"agg.{k}": v.contiguous() for k, v in ckpt.aggregator_state.items()})
+    meta = {"run_id": ckpt.run_id, "round": str(ckpt.round),
+            "model_version": str(ckpt.model_version),
+            "layout": json.dumps(ckpt.layout.to_dict())}
+    save_file(tensors, str(tmp), metadata=meta)
+    with tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    # Make the rename durable before the store records the round as completed.
+    dir_fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return str(final), _sha256_file(final)
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, expected_sha256: str | None = None,
+                    expected_layout: Layout | None = None) -> Checkpoint:
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"checkpoint {p} is missing")
+    if expected_sha256 is not None and _sha256_file(p) != expected_sha256:
+        raise CheckpointError(f"checkpoint {p} does not match its recorded SHA-256")
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="pt") as f:
+        meta = f.metadata() or {}
+    tensors = load_file(str(p))
+    try:
+        layout = Layout.from_dict(json.loads(meta["layout"]))
+        ckpt = Checkpoint(
+            run_id=meta["run_id"], round=int(meta["round"]),
+            model_version=int(meta["model_version"]), layout=layout,
+            weights=tensors["weights"],
+            optimizer_state={k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
+            aggregator_state={k[4:]: v for k, v in tensors.items() if k.startswith("agg.")},
+        )
+    except (KeyError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {p} is malformed: {exc}") from exc
+    if expected_layout is not None and layout != expected_layout:
+        raise CheckpointError(
+            f"checkpoint {p} has another model layout: {expected_layout.describe_mismatch(layout)}"
+        )
+    if ckpt.weights.shape != (layout.numel,):
+        raise CheckpointError(f"checkpoint {p}: weights do not match the layout")
+    return ckpt
+
+
+def prune_checkpoints(directory: str | os.PathLike[str], run_id: str, keep_last: int,
+                      protect: set[str] | None = None) -> None:
+    """Delete all but the newest ``keep_last`` checkpoints of a run."""
+    d = Path(directory) / run_id
+    files = sorted(d.glob("round_*.safetensors"))
+    protect = protect or set()
+    for f in files[:-keep_last]:
+        if str(f) not in protect:
+            f.unlink(missing_ok=True)

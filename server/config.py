@@ -1,0 +1,233 @@
+"""Run configuration: a validated TOML or YAML file (pydantic, unknown keys rejected).
+
+Example (YAML)::
+
+    run: {name: demo, rounds: 20, seed: 0}
+    model: {name: mlp}
+    data: {dataset: fashion_mnist}
+    selection: {clients_per_round: 10, min_available: 10, quorum: 8}
+    deadlines: {round_seconds: 120}
+    aggregator: {name: fedavg}
+    server_optimizer: {name: fedavg, lr: 1.0}
+    server: {address: "127.0.0.1:50051", insecure: true}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MiB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """The run configuration is missing, unreadable or invalid."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSection(_Strict):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
+    rounds: int = Field(ge=1, le=1_000_000)
+    seed: int = 0
+
+
+class ModelSection(_Strict):
+    # A name registered in fedplat.models or an import path "package.module:factory";
+    # the factory is called as factory(input_shape, num_classes, **params).
+    name: str = "mlp"
+    params: dict[str, Any] = Field(default_factory=dict)
+    input_shape: tuple[int, ...] | None = None
+    num_classes: int | None = Field(default=None, ge=2)
+
+
+class DataSection(_Strict):
+    dataset: str = "fashion_mnist"
+    eval_split: str = "test"
+    eval_max_examples: int | None = Field(default=None, ge=1)
+    eval_every: int = Field(default=1, ge=1)
+
+
+class SelectionSection(_Strict):
+    clients_per_round: int = Field(default=10, ge=1)
+    fraction: float | None = Field(default=None, gt=0.0, le=1.0)
+    min_available: int = Field(default=2, ge=1)
+    quorum: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SelectionSection:
+        if self.quorum > self.clients_per_round:
+            raise ValueError(
+                f"quorum ({self.quorum}) cannot exceed clients_per_round "
+                f"({self.clients_per_round})"
+            )
+        if self.min_available < self.quorum:
+            raise ValueError(
+                f"min_available ({self.min_available}) must be >= quorum ({self.quorum})"
+            )
+        return self
+
+
+class DeadlineSection(_Strict):
+    round_seconds: float = Field(default=120.0, gt=0)
+    # A round closes early once every selected client answered; with this set it
+    # also closes as soon as quorum is reached and this many seconds passed.
+    close_after_quorum_seconds: float | None = Field(default=None, ge=0)
+    liveness_seconds: float = Field(default=30.0, gt=0)
+    max_round_attempts: int = Field(default=5, ge=1)
+
+
+class ClientTrainingSection(_Strict):
+    epochs: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.05, gt=0)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    max_steps: int | None = Field(default=None, ge=1)
+
+
+class PreAggregatorSpec(_Strict):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class AggregatorSection(_Strict):
+    name: str = "fedavg"
+    params: dict[str, Any] = Field(default_factory=dict)
+    pre: list[PreAggregatorSpec] = Field(default_factory=list)
+    weighted: bool = True  # pass example counts as weights to the rule
+
+
+class ServerOptimizerSection(_Strict):
+    name: Literal["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"] = "fedavg"
+    lr: float = Field(default=1.0, gt=0)
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.99, ge=0, lt=1)
+    tau: float = Field(default=1e-3, gt=0)
+
+
+class StoreSection(_Strict):
+    url: str = "runs/fedplat.db"
+
+
+class CheckpointSection(_Strict):
+    dir: str = "runs/checkpoints"
+    keep_last: int = Field(default=3, ge=1)
+
+
+class TlsSection(_Strict):
+    cert: str
+    key: str
+    client_ca: str | None = None  # set to require client certificates (mTLS)
+
+
+class ServerSection(_Strict):
+    address: str = "127.0.0.1:50051"
+    # Plaintext gRPC must be asked for explicitly; otherwise TLS is required.
+    insecure: bool = False
+    tls: TlsSection | None = None
+    max_message_bytes: int = Field(default=4 * MiB, ge=64 * 1024, le=1024 * MiB)
+    chunk_bytes: int = Field(default=1 * MiB, ge=1024)
+    max_update_bytes: int = Field(default=1024 * MiB, ge=1024)
+    max_workers: int = Field(default=32, ge=2, le=1024)
+    long_poll_seconds: float = Field(default=10.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerSection:
+        if not self.insecure and self.tls is None:
+            raise ValueError(
+                "server: set tls.cert/tls.key, or insecure: true to serve plaintext gRPC"
+            )
+        if self.chunk_bytes > self.max_message_bytes - 64 * 1024:
+            raise ValueError("server.chunk_bytes must leave 64 KiB of max_message_bytes "
+                             "for message framing")
+        return self
+
+
+class RunConfig(_Strict):
+    run: RunSection
+    model: ModelSection = ModelSection()
+    data: DataSection = DataSection()
+    selection: SelectionSection = SelectionSection()
+    deadlines: DeadlineSection = DeadlineSection()
+    client_training: ClientTrainingSection = ClientTrainingSection()
+    aggregator: AggregatorSection = AggregatorSection()
+    server_optimizer: ServerOptimizerSection = ServerOptimizerSection()
+    store: StoreSection = StoreSection()
+    checkpoints: CheckpointSection = CheckpointSection()
+    server: ServerSection = ServerSection(insecure=True)
+
+    def clients_this_round(self, available: int) -> int:
+        """How many clients to select given ``available`` live clients."""
+        k = self.selection.clients_per_round
+        if self.selection.fraction is not None:
+            k = max(self.selection.quorum, math.ceil(self.selection.fraction * available))
+        return min(k, available)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(
+            out.get(k), dict) else v
+    return out
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """``FEDPLAT__SECTION__KEY=value`` overrides (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith("FEDPLAT__"):
+            continue
+        parts = [p.lower() for p in key[len("FEDPLAT__"):].split("__") if p]
+        if not parts:
+            continue
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def parse_config(data: dict[str, Any], source: str = "<dict>") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"invalid run configuration in {source}:"]
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | os.PathLike[str], *, overrides: dict[str, Any] | None = None,
+                environ: dict[str, str] | None = None) -> RunConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run file and validate it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ConfigError(f"config file {p}: use .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot parse {p}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    data = _deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
+    if overrides:
+        data = _deep_merge(data, overrides)
+    return parse_config(data, str(p))
