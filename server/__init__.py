@@ -1,1 +1,1 @@
-"""fedplat."""
+"""Coordinator (imported as ``fedplat.server``)."""

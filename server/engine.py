@@ -120,9 +120,13 @@ class RoundOutcome:
 
 
 def _build_aggregator(cfg: RunConfig) -> Aggregator:
-    from fedplat.aggregators import build_aggregator
-
     a = cfg.aggregator
+    try:
+        from fedplat.aggregators import build_aggregator
+    except ImportError:  # TODO(issue 3): remove once pipelines land
+        from fedplat.aggregators import create_aggregator
+
+        return create_aggregator(a.name, **a.params)
     return build_aggregator(a.name, dict(a.params),
                             [{"name": p.name, "params": dict(p.params)} for p in a.pre])
 

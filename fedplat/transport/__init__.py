@@ -1,1 +1,1 @@
-"""fedplat."""
+"""Transports between clients and the coordinator: in-memory and gRPC."""

@@ -1,0 +1,332 @@
+"""The client SDK an edge app embeds.
+
+::
+
+    client = Client("coord.example:50051", model, train_fn, num_examples=len(data),
+                    root_certificates=ca_pem)
+    client.run()             # blocking; or client.start() ... client.stop()
+
+``train_fn(model, config)`` trains ``model`` in place on local data; ``config`` is the
+round's training settings from the coordinator (epochs, batch_size, lr, ...). It
+returns a :class:`FitResult` (or just the number of examples used). The SDK downloads
+the global model, calls ``train_fn``, sends ``new - global`` through the middleware
+chain, and survives coordinator restarts and network loss with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedplat.client.backoff import Backoff
+from fedplat.client.middleware import ByteCounter, Middleware, OutgoingUpdate, chain
+from fedplat.transport import codec
+from fedplat.transport.base import Connection
+from fedplat.transport.errors import (
+    DuplicateUpdate,
+    FedplatError,
+    InvalidArgument,
+    StaleUpdate,
+    Unauthenticated,
+    Unavailable,
+    UnknownClient,
+)
+from fedplat.transport.messages import (
+    EnrollRequest,
+    Task,
+    TaskKind,
+    UpdateHeader,
+    UploadAck,
+)
+from fedplat.vectors import Layout, flatten, layout_of, load_vector
+
+log = logging.getLogger("fedplat.client")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What ``train_fn`` reports: examples used and any scalar metrics."""
+
+    num_examples: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+TrainFn = Callable[[torch.nn.Module, Mapping[str, Any]], "FitResult | int | Any"]
+EvalFn = Callable[[torch.nn.Module], Mapping[str, float]]
+
+
+def _as_fit_result(out: Any, default_examples: int) -> FitResult:
+    if isinstance(out, FitResult):
+        return out
+    if isinstance(out, int):
+        return FitResult(out)
+    if out is None:
+        return FitResult(default_examples)
+    n = getattr(out, "num_examples", None)
+    if isinstance(n, int):
+        metrics = {}
+        loss = getattr(out, "mean_loss", None)
+        if isinstance(loss, float):
+            metrics["train_loss"] = loss
+        return FitResult(n, metrics)
+    raise TypeError("train_fn must return FitResult, an int, or an object with "
+                    f"num_examples; got {type(out).__name__}")
+
+
+class ClientStopped(Exception):
+    """Raised inside the loop when :meth:`Client.stop` was called."""
+
+
+class Client:
+    """A federated client (see module docstring)."""
+
+    def __init__(
+        self,
+        address: str | None,
+        model: torch.nn.Module,
+        train_fn: TrainFn,
+        eval_fn: EvalFn | None = None,
+        *,
+        num_examples: int = 0,
+        name: str | None = None,
+        insecure: bool = False,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        connection_factory: Callable[[], Connection] | None = None,
+        middleware: Sequence[Middleware] = (),
+        state_dir: str | os.PathLike[str] | None = None,
+        backoff: Backoff | None = None,
+        poll_seconds: float = 10.0,
+        give_up_after: float | None = None,
+        info: Mapping[str, str] | None = None,
+    ) -> None:
+        if connection_factory is None:
+            if address is None:
+                raise ValueError("give an address or a connection_factory")
+            from fedplat.transport.grpc import ChannelOptions, GrpcConnection
+
+            opts = ChannelOptions(insecure=insecure, root_certificates=root_certificates,
+                                  private_key=private_key,
+                                  certificate_chain=certificate_chain)
+            addr = address
+
+            def _factory() -> Connection:
+                return GrpcConnection(addr, opts)
+
+            connection_factory = _factory
+        self.model = model
+        self.layout: Layout = layout_of(model)
+        self.train_fn = train_fn
+        self.eval_fn = eval_fn
+        self.num_examples = num_examples
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self._factory = connection_factory
+        self.counter = ByteCounter()
+        self._send = chain([self.counter, *middleware], self._terminal_send)
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.backoff = backoff or Backoff()
+        self.poll_seconds = poll_seconds
+        self.give_up_after = give_up_after
+        self.info = dict(info or {})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Connection | None = None
+        self.client_id = self._load_client_id()
+        self.enrolled = False
+        self.rounds_done = 0
+        self.finished = False
+        self._pending: tuple[str, UpdateHeader, bytes] | None = None
+        self.last_error: str | None = None
+
+    # --------------------------------------------------------------- persistence
+    def _state_file(self) -> Path | None:
+        return self.state_dir / "client.json" if self.state_dir is not None else None
+
+    def _load_client_id(self) -> str:
+        f = self._state_file()
+        if f is None or not f.is_file():
+            return ""
+        try:
+            data = json.loads(f.read_text())
+            return str(data.get("client_id", "")) if isinstance(data, dict) else ""
+        except (OSError, json.JSONDecodeError):
+            log.warning("ignoring unreadable client state %s", f)
+            return ""
+
+    def _save_client_id(self) -> None:
+        f = self._state_file()
+        if f is None:
+            return
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"client_id": self.client_id, "name": self.name}))
+        os.replace(tmp, f)
+
+    # --------------------------------------------------------------- connection
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._factory()
+        return self._conn
+
+    def _reset_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a broken channel must not mask the real error
+                log.debug("error closing connection", exc_info=True)
+        self._conn = None
+        self.enrolled = False
+
+    def enroll(self) -> None:
+        e = self.conn.enroll(EnrollRequest(name=self.name, num_examples=self.num_examples,
+                                           layout=self.layout, client_id=self.client_id,
+                                           info=self.info))
+        self.client_id = e.client_id
+        self.enrolled = True
+        self._save_client_id()
+        log.info("client %s enrolled in run %s as %s", self.name, e.run_name, e.client_id)
+
+    # --------------------------------------------------------------- work
+    def _terminal_send(self, upd: OutgoingUpdate) -> UploadAck:
+        if upd.data is None:
+            data, encoding = codec.encode_dense(upd.vector), codec.DENSE_F32
+        else:
+            data, encoding = upd.data, upd.encoding or codec.DENSE_F32
+        header = UpdateHeader(task_id=upd.task.task_id, round=upd.task.round,
+                              num_examples=upd.num_examples, layout=self.layout,
+                              total_bytes=len(data), sha256=codec.sha256_hex(data),
+                              encoding=encoding, encoding_params=dict(upd.encoding_params),
+                              metrics=dict(upd.metrics))
+        self._pending = (upd.task.task_id, header, data)
+        ack = self.conn.upload_update(header, data)
+        self._pending = None
+        return ack
+
+    def handle_task(self, task: Task) -> None:
+        """Train on one TRAIN task and upload the update."""
+        if self._pending is not None and self._pending[0] == task.task_id:
+            # The upload was interrupted (network loss): resend, don't retrain.
+            _, header, data = self._pending
+            self.conn.upload_update(header, data)
+            self._pending = None
+            self.rounds_done += 1
+            return
+        self._pending = None
+        payload = self.conn.download_model(task.task_id)
+        if payload.layout != self.layout:
+            raise InvalidArgument("global model layout differs from the local model: "
+                                  f"{self.layout.describe_mismatch(payload.layout)}")
+        global_vec = codec.decode(payload.encoding, payload.data, self.layout.numel)
+        load_vector(self.model, global_vec, self.layout)
+        t0 = time.perf_counter()
+        self.model.train()
+        fit = _as_fit_result(self.train_fn(self.model, dict(task.config)), self.num_examples)
+        metrics = {**fit.metrics, "train_seconds": time.perf_counter() - t0}
+        delta = flatten(self.model, self.layout) - global_vec
+        if not bool(torch.isfinite(delta).all()):
+            raise InvalidArgument("local training produced non-finite weights; "
+                                  "not uploading")
+        ack = self._send(OutgoingUpdate(task=task, vector=delta,
+                                        num_examples=fit.num_examples, metrics=metrics))
+        log.info("client %s: round %d update sent (%d bytes): %s", self.name, task.round,
+                 ack.bytes_received, ack.message)
+        self.rounds_done += 1
+        if self.eval_fn is not None:
+            ev = {k: float(v) for k, v in self.eval_fn(self.model).items()}
+            self.conn.report_metrics(task.task_id, task.round, ev)
+
+    def step(self, wait_seconds: float | None = None) -> Task:
+        """Enrol if needed, poll once, handle the task; returns the task seen."""
+        if not self.enrolled:
+            self.enroll()
+        task = self.conn.get_task(self.poll_seconds if wait_seconds is None else wait_seconds)
+        if task.kind is TaskKind.FINISHED:
+            self.finished = True
+        elif task.kind is TaskKind.TRAIN:
+            try:
+                self.handle_task(task)
+            except (StaleUpdate, DuplicateUpdate) as exc:
+                log.warning("client %s: update not taken: %s", self.name, exc.reason)
+            except InvalidArgument as exc:
+                # The coordinator refused this update; the next round may go better.
+                self.last_error = exc.reason
+                log.error("client %s: update rejected: %s", self.name, exc.reason)
+        return task
+
+    def run(self) -> None:
+        """Participate until the run finishes or :meth:`stop` is called."""
+        attempt = 0
+        failing_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                task = self.step()
+                attempt, failing_since = 0, None
+                if task.kind is TaskKind.FINISHED:
+                    log.info("client %s: run finished after %d rounds", self.name,
+                             self.rounds_done)
+                    return
+                if task.kind is TaskKind.WAIT and task.retry_after > 0:
+                    self._stop.wait(min(task.retry_after, 5.0))
+            except (UnknownClient, Unauthenticated) as exc:
+                # Typically a coordinator restart: enrol again with the same id.
+                log.info("client %s: re-enrolling (%s)", self.name, exc.reason)
+                self.enrolled = False
+                self._stop.wait(self.backoff.delay(0))
+            except Unavailable as exc:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if self.give_up_after is not None and now - failing_since > self.give_up_after:
+                    raise ConnectionError(
+                        f"coordinator unreachable for {now - failing_since:.0f}s: "
+                        f"{exc.reason}") from exc
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                log.warning("client %s: coordinator unavailable (%s); retry in %.1fs",
+                            self.name, exc.reason, delay)
+                self._reset_connection()
+                self._stop.wait(delay)
+            except InvalidArgument as exc:
+                # e.g. enrolment refused for a model layout mismatch: not retryable.
+                self.last_error = exc.reason
+                log.error("client %s: refused by the coordinator: %s", self.name, exc.reason)
+                raise
+            except FedplatError as exc:
+                log.warning("client %s: %s", self.name, exc)
+                self._stop.wait(self.backoff.delay(attempt))
+                attempt += 1
+        self._reset_connection()
+
+    def start(self) -> threading.Thread:
+        """Run in a background thread (for apps that keep their own main loop)."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("client already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run_safely, name=f"fedplat-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def _run_safely(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:
+            self.last_error = str(exc)
+            log.exception("client %s stopped with an error", self.name)
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._reset_connection()

@@ -1,0 +1,82 @@
+"""The reference client: trains a registered model on one partition of a real dataset.
+
+Used by ``fedplat client``, ``fedplat sim`` and ``fedplat demo``. Every process computes
+the same deterministic partition from ``seed`` and takes its own share, so client
+processes need no coordination beyond their ``partition_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedplat.client.client import FitResult
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    dataset: str = "fashion_mnist"
+    model: str = "mlp"
+    model_params: Mapping[str, Any] = field(default_factory=dict)
+    num_partitions: int = 10
+    partition_id: int = 0
+    partition: str = "iid"
+    partition_params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    # Evaluate the local model on this many local examples after training (0: off).
+    local_eval_examples: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_partitions < 1:
+            raise ValueError("num_partitions must be >= 1")
+        if not 0 <= self.partition_id < self.num_partitions:
+            raise ValueError(f"partition_id must be in [0, {self.num_partitions})")
+
+
+@lru_cache(maxsize=8)
+def _partition_indices(dataset: str, partition: str, params: tuple[tuple[str, Any], ...],
+                       n: int, seed: int) -> tuple[np.ndarray, ...]:
+    from fedplat.data import load_dataset
+    from fedplat.data import partition as make_partition
+
+    ds = load_dataset(dataset, "train")
+    parts = make_partition(partition, ds.y.numpy(), n, seed, **dict(params))
+    return tuple(parts)
+
+
+@dataclass
+class ReferenceParts:
+    model: torch.nn.Module
+    data: Any  # fedplat.data.Dataset
+    num_examples: int
+
+    def train(self, model: torch.nn.Module, config: Mapping[str, Any]) -> FitResult:
+        from fedplat.models.training import train_epochs
+
+        res = train_epochs(model, self.data, epochs=int(config.get("epochs", 1)),
+                           batch_size=int(config.get("batch_size", 32)),
+                           lr=float(config.get("lr", 0.05)),
+                           optimizer=str(config.get("optimizer", "sgd")),
+                           momentum=float(config.get("momentum", 0.0)),
+                           max_steps=config.get("max_steps"))
+        return FitResult(res.num_examples, {"train_loss": float(res.mean_loss)})
+
+
+def reference_parts(spec: ReferenceSpec) -> ReferenceParts:
+    from fedplat.data import load_dataset
+    from fedplat.models import create_model
+
+    ds = load_dataset(spec.dataset, "train")
+    parts = _partition_indices(spec.dataset, spec.partition,
+                               tuple(sorted(spec.partition_params.items())),
+                               spec.num_partitions, spec.seed)
+    idx = torch.from_numpy(np.asarray(parts[spec.partition_id], dtype=np.int64))
+    local = ds.subset(idx)
+    model = create_model(spec.model, ds.input_shape, ds.num_classes,
+                         seed=spec.seed, **dict(spec.model_params))
+    return ReferenceParts(model=model, data=local, num_examples=len(local))

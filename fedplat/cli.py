@@ -1,0 +1,334 @@
+"""The ``fedplat`` command: coordinator, client, sim, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("fedplat.cli")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _json_arg(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _partition_arg(text: str) -> tuple[str, dict[str, Any]]:
+    """``iid``, ``dirichlet:0.5``, ``shards:2`` or ``label_sorted``."""
+    name, _, arg = text.partition(":")
+    params: dict[str, Any] = {}
+    try:
+        if name == "dirichlet":
+            params["alpha"] = float(arg or 0.5)
+        elif name == "shards":
+            params["shards_per_client"] = int(arg or 2)
+        elif arg:
+            raise argparse.ArgumentTypeError(f"partition {name!r} takes no argument")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad partition argument: {exc}") from exc
+    if name not in ("iid", "dirichlet", "shards", "label_sorted"):
+        raise argparse.ArgumentTypeError(
+            f"unknown partition {name!r}; use iid, dirichlet:ALPHA, shards:K, label_sorted")
+    return name, params
+
+
+# ---------------------------------------------------------------- coordinator
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from fedplat.server.app import serve
+    from fedplat.server.config import load_config
+
+    overrides: dict[str, Any] = {}
+    if args.address:
+        overrides.setdefault("server", {})["address"] = args.address
+    if args.db:
+        overrides["store"] = {"url": args.db}
+    cfg = load_config(args.config, overrides=overrides)
+    return serve(cfg)
+
+
+# ---------------------------------------------------------------- client
+def cmd_client(args: argparse.Namespace) -> int:
+    from fedplat.client import Client
+    from fedplat.client.reference import ReferenceSpec, reference_parts
+
+    partition, pparams = args.partition
+    spec = ReferenceSpec(dataset=args.dataset, model=args.model,
+                         model_params=args.model_params, num_partitions=args.num_partitions,
+                         partition_id=args.partition_id, partition=partition,
+                         partition_params=pparams, seed=args.seed)
+    parts = reference_parts(spec)
+    root = Path(args.root_cert).read_bytes() if args.root_cert else None
+    client = Client(args.address, parts.model, parts.train, num_examples=parts.num_examples,
+                    name=args.name or f"client-{args.partition_id}", insecure=args.insecure,
+                    root_certificates=root, state_dir=args.state_dir,
+                    give_up_after=args.give_up_after)
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        client._stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        client.run()
+    except ConnectionError as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+# ---------------------------------------------------------------- sim
+def cmd_sim(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from fedplat.client import Client
+    from fedplat.client.reference import ReferenceSpec, reference_parts
+    from fedplat.server.config import load_config
+    from fedplat.sim import simulate
+
+    cfg = load_config(args.config)
+    partition, pparams = args.partition
+    n = args.clients
+
+    def build(i: int, factory: Any) -> Client:
+        parts = reference_parts(ReferenceSpec(
+            dataset=cfg.data.dataset, model=cfg.model.name, model_params=cfg.model.params,
+            num_partitions=n, partition_id=i, partition=partition,
+            partition_params=pparams, seed=cfg.run.seed))
+        return Client(None, parts.model, parts.train, num_examples=parts.num_examples,
+                      name=f"sim-{i}", connection_factory=factory)
+
+    bar = tqdm(total=cfg.run.rounds, desc=f"sim {cfg.run.name}", unit="round",
+               disable=args.no_progress)
+
+    def on_round(o: Any) -> None:
+        if o.completed:
+            bar.update(1)
+            if o.accuracy is not None:
+                bar.set_postfix(acc=f"{o.accuracy:.4f}")
+
+    res = simulate(cfg, build, n, on_round=on_round)
+    bar.close()
+    print(json.dumps({"run_id": res.run_id, "rounds": len(res.rounds),
+                      "final_accuracy": res.final_accuracy, "store": cfg.store.url}))
+    return 0
+
+
+# ---------------------------------------------------------------- demo
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(address: str, timeout: float) -> None:
+    """Block until the coordinator's gRPC health service reports SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    end = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > end:
+                raise TimeoutError(f"coordinator at {address} not healthy after {timeout}s")
+            time.sleep(0.2)
+
+
+def demo_config(workdir: Path, *, address: str, rounds: int, clients: int, dataset: str,
+                model: str, seed: int) -> dict[str, Any]:
+    return {
+        "run": {"name": f"demo-{int(time.time())}", "rounds": rounds, "seed": seed},
+        "model": {"name": model},
+        "data": {"dataset": dataset},
+        "selection": {"clients_per_round": clients, "min_available": clients,
+                      "quorum": max(1, clients - 2)},
+        "deadlines": {"round_seconds": 300},
+        "client_training": {"epochs": 2, "batch_size": 32, "lr": 0.05},
+        "aggregator": {"name": "fedavg"},
+        "server_optimizer": {"name": "fedavg", "lr": 1.0},
+        "store": {"url": str(workdir / "fedplat.db")},
+        "checkpoints": {"dir": str(workdir / "checkpoints")},
+        "server": {"address": address, "insecure": True},
+    }
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import yaml
+
+    from fedplat.store import Store
+
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    address = f"127.0.0.1:{_free_port()}"
+    cfg = demo_config(workdir, address=address, rounds=args.rounds, clients=args.clients,
+                      dataset=args.dataset, model=args.model, seed=args.seed)
+    cfg_path = workdir / "demo.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    exe = [sys.executable, "-m", "fedplat.cli"]
+    logs = workdir / "logs"
+    logs.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    procs: list[subprocess.Popen[bytes]] = []
+    with (logs / "coordinator.log").open("wb") as clog:
+        coord = subprocess.Popen([*exe, "coordinator", "--config", str(cfg_path)],
+                                 stdout=clog, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_healthy(address, 120)
+        print(f"coordinator up at {address}; starting {args.clients} clients")
+        for i in range(args.clients):
+            with (logs / f"client-{i}.log").open("wb") as f:
+                procs.append(subprocess.Popen(
+                    [*exe, "client", "--address", address, "--insecure",
+                     "--dataset", args.dataset, "--model", args.model,
+                     "--partition", f"dirichlet:{args.alpha}",
+                     "--num-partitions", str(args.clients), "--partition-id", str(i),
+                     "--seed", str(args.seed), "--name", f"demo-client-{i}",
+                     "--give-up-after", "60"],
+                    stdout=f, stderr=subprocess.STDOUT, env=env))
+        store = Store(cfg["store"]["url"], migrate=False)
+        run = None
+        last = 0
+        while coord.poll() is None:
+            time.sleep(1.0)
+            run = run or store.get_run_by_name(cfg["run"]["name"])
+            if run is None:
+                continue
+            for r in store.list_rounds(run.id):
+                if r.status == "completed" and r.number > last:
+                    last = r.number
+                    print(f"round {r.number:3d}/{args.rounds}: accuracy {r.accuracy:.4f} "
+                          f"({time.perf_counter() - t0:.0f}s)", flush=True)
+        rc = coord.returncode
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if coord.poll() is None:
+            coord.terminate()
+            coord.wait(timeout=30)
+    seconds = time.perf_counter() - t0
+    run = store.get_run_by_name(cfg["run"]["name"])
+    if run is None or rc != 0:
+        print(f"demo failed (coordinator exit {rc}); see {logs}", file=sys.stderr)
+        return 1
+    rounds = [r for r in store.list_rounds(run.id) if r.status == "completed"]
+    parts = store.list_participations(run.id)
+    result = {
+        "dataset": args.dataset, "model": args.model, "clients": args.clients,
+        "partition": f"dirichlet({args.alpha})", "rounds": len(rounds),
+        "final_accuracy": rounds[-1].accuracy if rounds else None,
+        "accuracy_per_round": [r.accuracy for r in rounds],
+        "seconds": round(seconds, 1),
+        "bytes_up": sum(p.bytes_up for p in parts),
+        "bytes_down": sum(p.bytes_down for p in parts),
+        "run_id": run.id, "store": cfg["store"]["url"],
+    }
+    store.close()
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"final accuracy {result['final_accuracy']:.4f} after {len(rounds)} rounds "
+          f"in {seconds:.0f}s")
+    print(f"results: {out}\nstore:   {cfg['store']['url']}\nlogs:    {logs}")
+    return 0
+
+
+# ---------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedplat", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("coordinator", help="serve a run defined by a config file")
+    c.add_argument("--config", required=True, help="run file (.toml, .yaml)")
+    c.add_argument("--address", help="override server.address")
+    c.add_argument("--db", help="override store.url")
+    c.set_defaults(func=cmd_coordinator)
+
+    def add_data_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--partition", type=_partition_arg, default=("iid", {}),
+                        help="iid | dirichlet:ALPHA | shards:K | label_sorted")
+
+    k = sub.add_parser("client", help="a reference client training on one data partition")
+    k.add_argument("--address", required=True)
+    k.add_argument("--insecure", action="store_true", help="plaintext gRPC (no TLS)")
+    k.add_argument("--root-cert", help="PEM file of the CA that signed the server cert")
+    k.add_argument("--dataset", default="fashion_mnist")
+    k.add_argument("--model", default="mlp")
+    k.add_argument("--model-params", type=_json_arg, default={})
+    add_data_args(k)
+    k.add_argument("--num-partitions", type=int, default=10)
+    k.add_argument("--partition-id", type=int, required=True)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--name")
+    k.add_argument("--state-dir")
+    k.add_argument("--give-up-after", type=float, default=None,
+                   help="exit when the coordinator is unreachable this long (seconds)")
+    k.set_defaults(func=cmd_client)
+
+    s = sub.add_parser("sim", help="simulate N in-process clients through the round engine")
+    s.add_argument("--config", required=True)
+    s.add_argument("--clients", type=int, default=10)
+    add_data_args(s)
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_sim)
+
+    d = sub.add_parser("demo", help="coordinator + client processes on Fashion-MNIST")
+    d.add_argument("--clients", type=int, default=10)
+    d.add_argument("--rounds", type=int, default=20)
+    d.add_argument("--alpha", type=float, default=0.5)
+    d.add_argument("--dataset", default="fashion_mnist")
+    d.add_argument("--model", default="mlp")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--workdir", default="runs/demo")
+    d.add_argument("--output", default="bench/results/demo.json")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    from fedplat.server.config import ConfigError
+
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"fedplat: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

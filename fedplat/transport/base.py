@@ -1,0 +1,52 @@
+"""The client-side view of a coordinator, independent of how bytes travel.
+
+:class:`Connection` is what the client SDK talks to. ``GrpcConnection`` speaks the
+wire protocol over a channel; ``InMemoryConnection`` calls a round engine in the same
+process (simulation, tests). Both raise the errors of :mod:`fedplat.transport.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fedplat.transport.messages import (
+    EnrollRequest,
+    Enrollment,
+    ModelPayload,
+    Task,
+    UpdateHeader,
+    UploadAck,
+)
+
+
+class Connection(Protocol):
+    """One client's session with a coordinator (credentials kept after enrolment)."""
+
+    def enroll(self, req: EnrollRequest) -> Enrollment: ...
+
+    def get_task(self, wait_seconds: float) -> Task: ...
+
+    def download_model(self, task_id: str) -> ModelPayload: ...
+
+    def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck: ...
+
+    def report_metrics(self, task_id: str, round_number: int,
+                       metrics: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CoordinatorService(Protocol):
+    """What a coordinator offers; implemented by the round engine."""
+
+    def enroll(self, req: EnrollRequest) -> Enrollment: ...
+
+    def get_task(self, client_id: str, token: str, wait_seconds: float = 0.0) -> Task: ...
+
+    def download_model(self, client_id: str, token: str, task_id: str) -> ModelPayload: ...
+
+    def upload_update(self, client_id: str, token: str, header: UpdateHeader,
+                      data: bytes) -> UploadAck: ...
+
+    def report_metrics(self, client_id: str, token: str, task_id: str, round_number: int,
+                       metrics: dict[str, float]) -> None: ...
