@@ -1,0 +1,120 @@
+"""Explicit compressor registry: ``register_compressor`` / ``create_compressor``.
+
+Parameters are checked against the factory's signature before it runs, so a
+misspelled key in a run config fails loudly with the list of valid keys instead of
+being dropped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedplat.compression.base import CompressionError, Compressor
+from fedplat.compression.basic import FP16, Identity, TopK
+from fedplat.compression.dgc import DGC
+from fedplat.compression.sketch import AMSSketch, CountSketch, GaussianSketch
+from fedplat.vectors import Layout
+
+__all__ = [
+    "CompressorFactory",
+    "available_compressors",
+    "create_compressor",
+    "register_compressor",
+]
+
+CompressorFactory = Callable[..., Compressor]
+
+_REGISTRY: dict[str, CompressorFactory] = {}
+
+
+def register_compressor(name: str, factory: CompressorFactory) -> None:
+    """Add a compressor under ``name``; registering a name twice is an error."""
+    key = name.strip().lower()
+    if not key:
+        raise CompressionError("compressor name must be non-empty")
+    if key in _REGISTRY:
+        raise CompressionError(f"compressor {key!r} is already registered")
+    _REGISTRY[key] = factory
+
+
+def available_compressors() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _valid_params(factory: CompressorFactory) -> list[str] | None:
+    """Keyword names the factory accepts, or ``None`` if it takes ``**kwargs``."""
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          inspect.Parameter.KEYWORD_ONLY)]
+
+
+def create_compressor(name: str, **params: Any) -> Compressor:
+    """Build a registered compressor.
+
+    Raises
+    ------
+    CompressionError
+        Unknown name (lists the registered ones), unknown parameter (names it
+        and lists the valid ones), or a value the compressor rejects.
+    """
+    key = name.strip().lower()
+    if key not in _REGISTRY:
+        raise CompressionError(
+            f"unknown compressor {name!r}; "
+            f"available: {', '.join(available_compressors())}"
+        )
+    factory = _REGISTRY[key]
+    valid = _valid_params(factory)
+    if valid is not None:
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise CompressionError(
+                f"unknown parameter(s) {unknown} for compressor {key!r}; "
+                f"valid: {sorted(valid)}"
+            )
+    try:
+        return factory(**params)
+    except TypeError as exc:
+        raise CompressionError(f"bad parameters for compressor {key!r}: {exc}") from exc
+
+
+def _fp16(inner: str, inner_params: Mapping[str, Any] | None = None) -> Compressor:
+    """``fp16`` wrapper: ``create_compressor("fp16", inner="topk",
+    inner_params={"ratio": 0.01})``."""
+    return FP16(create_compressor(inner, **dict(inner_params or {})))
+
+
+def _dgc(ratio: float = 0.001, *, momentum: float = 0.9, nesterov: bool = False,
+         clip_norm: float | None = None, momentum_correction: bool = True,
+         momentum_masking: bool = True,
+         warmup_densities: list[float] | tuple[float, ...] | None = None,
+         warmup_steps_per_stage: int = 1, sample_ratio: float = 0.01,
+         upper_bound: float = 1.3, lower_bound: float = 0.8, max_passes: int = 10,
+         layout: Layout | Mapping[str, Any] | None = None, seed: int = 0) -> Compressor:
+    """DGC from config values: ``layout`` may be ``Layout.to_dict()`` output."""
+    if isinstance(layout, Mapping):
+        layout = Layout.from_dict(layout)
+    extra: dict[str, Any] = {}
+    if warmup_densities is not None:
+        extra["warmup_densities"] = tuple(warmup_densities)
+    return DGC(ratio, momentum=momentum, nesterov=nesterov, clip_norm=clip_norm,
+               momentum_correction=momentum_correction,
+               momentum_masking=momentum_masking,
+               warmup_steps_per_stage=warmup_steps_per_stage,
+               sample_ratio=sample_ratio, upper_bound=upper_bound,
+               lower_bound=lower_bound, max_passes=max_passes, layout=layout,
+               seed=seed, **extra)
+
+
+register_compressor("identity", Identity)
+register_compressor("fp16", _fp16)
+register_compressor("topk", TopK)
+register_compressor("dgc", _dgc)
+register_compressor("countsketch", CountSketch)
+register_compressor("gaussian_sketch", GaussianSketch)
+register_compressor("ams_sketch", AMSSketch)
