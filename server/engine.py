@@ -257,6 +257,30 @@ class RoundEngine:
             raise Unauthenticated("bad client token")
         return c
 
+    def authenticate(self, client_id: str, token: str) -> None:
+        """Raise unless the credentials belong to an enrolled client."""
+        with self._cond:
+            self._auth(client_id, token)
+
+    def reject_upload(self, client_id: str, reason: str, nbytes: int) -> None:
+        """Record an upload refused before decoding (malformed or oversize stream)."""
+        with self._cond:
+            c = self._clients.get(client_id)
+            r = self._round
+            number = r.number if r is not None and client_id in r.tasks else None
+            if number is not None and r is not None:
+                r.answered.add(client_id)
+                self._cond.notify_all()
+        name = c.name if c is not None else client_id
+        if number is not None:
+            self.store.update_participation(self.run_id, number, client_id,
+                                            status="rejected", reason=reason,
+                                            bytes_up=nbytes)
+        self.store.add_event(self.run_id, "update_rejected",
+                             f"update from {name!r} rejected: {reason}", level="warning",
+                             round_number=number, client_id=client_id,
+                             details={"status": "rejected"})
+
     def _touch(self, c: _Client) -> None:
         now = self.clock()
         c.last_poll = now

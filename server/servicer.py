@@ -12,7 +12,7 @@ from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.proto import serde
 from fedplat.server.engine import RoundEngine
-from fedplat.transport.errors import FedplatError
+from fedplat.transport.errors import FedplatError, InvalidArgument
 from fedplat.transport.grpc import CLIENT_ID_KEY, STATUS_BY_CODE, TOKEN_KEY
 
 log = logging.getLogger("fedplat.server.grpc")
@@ -27,6 +27,19 @@ def _creds(context: grpc.ServicerContext) -> tuple[str, str]:
 def _abort(context: grpc.ServicerContext, exc: FedplatError) -> NoReturn:
     context.abort(STATUS_BY_CODE.get(exc.code, grpc.StatusCode.INTERNAL), exc.reason)
     raise AssertionError("unreachable")  # context.abort raises
+
+
+class _CountingIterator:
+    """Counts the payload bytes of an upload stream as it is consumed."""
+
+    def __init__(self, it: Iterator[pb.UpdateChunk]) -> None:
+        self._it = it
+        self.nbytes = 0
+
+    def __iter__(self) -> Iterator[pb.UpdateChunk]:
+        for chunk in self._it:
+            self.nbytes += len(chunk.data)
+            yield chunk
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -70,9 +83,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
         def handle() -> pb.UploadAck:
             # Authenticate before reading the (possibly large) body.
-            with self.engine._cond:
-                self.engine._auth(cid, tok)
-            header, data = serde.update_from_chunks(request_iterator, self.max_update_bytes)
+            self.engine.authenticate(cid, tok)
+            counted = _CountingIterator(request_iterator)
+            try:
+                header, data = serde.update_from_chunks(iter(counted),
+                                                        self.max_update_bytes)
+            except InvalidArgument as exc:
+                self.engine.reject_upload(cid, exc.reason, counted.nbytes)
+                raise
             return serde.upload_ack_to_proto(
                 self.engine.upload_update(cid, tok, header, data))
 
