@@ -28,7 +28,7 @@ SKETCHES: dict[str, Callable[[], Compressor]] = {
 @pytest.mark.parametrize("name", sorted(SKETCHES))
 def test_monte_carlo_desketch_is_unbiased(name: str) -> None:
     """Average of ``Rᵀ R h`` over fresh rounds -> ``h`` (E[RᵀR] = I)."""
-    d, trials = 32, 3000
+    d, trials = 32, 2000
     h = torch.randn(d, generator=torch.Generator().manual_seed(0))
     sk = SKETCHES[name]()
     acc = torch.zeros(d, dtype=torch.float64)
@@ -36,7 +36,7 @@ def test_monte_carlo_desketch_is_unbiased(name: str) -> None:
         acc += sk.decode(sk.encode(h, round=t, seed=11)).double()
     mean = (acc / trials).float()
     # Per-coordinate variance is about ||h||^2 / b, so the relative error of the
-    # mean is about sqrt(d / (b * trials)) ~ 0.04; allow 2.5x that.
+    # mean is about sqrt(d / (b * trials)) ~ 0.045 for b = 8; allow 2x that.
     rel = float((mean - h).norm() / h.norm())
     assert rel < 0.1, rel
     # A single sketch is far from h: the check above is not trivial.
