@@ -71,13 +71,19 @@ class StatelessAggregator:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         if state:
-            raise AggregationError(f"{self.name} has no state; got keys {sorted(state)}")
+            raise AggregationError(
+                f"{self.name} has no state; got keys {sorted(state)}"
+            )
 
 
-def check_updates(updates: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Validate the ``[n, d]`` stack and return normalised weights ``[n]`` summing to 1."""
+def check_updates(
+    updates: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Validate the ``[n, d]`` stack; return weights ``[n]`` normalised to sum 1."""
     if updates.dim() != 2:
-        raise AggregationError(f"updates must be [n, d], got shape {list(updates.shape)}")
+        raise AggregationError(
+            f"updates must be [n, d], got shape {list(updates.shape)}"
+        )
     n = updates.shape[0]
     if n == 0:
         raise AggregationError("no updates to aggregate")
@@ -86,7 +92,9 @@ def check_updates(updates: torch.Tensor, weights: torch.Tensor | None = None) ->
     if weights is None:
         return torch.full((n,), 1.0 / n, dtype=torch.float64)
     if weights.shape != (n,):
-        raise AggregationError(f"weights must be [{n}], got shape {list(weights.shape)}")
+        raise AggregationError(
+            f"weights must be [{n}], got shape {list(weights.shape)}"
+        )
     w = weights.to(torch.float64)
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise AggregationError("weights must be finite and non-negative")

@@ -1,4 +1,4 @@
-"""Explicit registry of aggregation rules: ``register_aggregator`` / ``create_aggregator``."""
+"""Explicit registry of aggregation rules (``register_*`` / ``create_*``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def create_aggregator(name: str, **params: Any) -> Aggregator:
     key = name.strip().lower()
     if key not in _REGISTRY:
         raise AggregationError(
-            f"unknown aggregator {name!r}; available: {', '.join(available_aggregators())}"
+            f"unknown aggregator {name!r}; "
+            f"available: {', '.join(available_aggregators())}"
         )
     try:
         return _REGISTRY[key](**params)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from fedplat.client.backoff import Backoff
 from fedplat.client.middleware import ByteCounter, Middleware, OutgoingUpdate, chain
+
 from fedplat.transport import codec
 from fedplat.transport.base import Connection
 from fedplat.transport.errors import (
@@ -79,8 +79,10 @@ def _as_fit_result(out: Any, default_examples: int) -> FitResult:
         if isinstance(loss, float):
             metrics["train_loss"] = loss
         return FitResult(n, metrics)
-    raise TypeError("train_fn must return FitResult, an int, or an object with "
-                    f"num_examples; got {type(out).__name__}")
+    raise TypeError(
+        "train_fn must return FitResult, an int, or an object with "
+        f"num_examples; got {type(out).__name__}"
+    )
 
 
 class ClientStopped(Exception):
@@ -116,9 +118,12 @@ class Client:
                 raise ValueError("give an address or a connection_factory")
             from fedplat.transport.grpc import ChannelOptions, GrpcConnection
 
-            opts = ChannelOptions(insecure=insecure, root_certificates=root_certificates,
-                                  private_key=private_key,
-                                  certificate_chain=certificate_chain)
+            opts = ChannelOptions(
+                insecure=insecure,
+                root_certificates=root_certificates,
+                private_key=private_key,
+                certificate_chain=certificate_chain,
+            )
             addr = address
 
             def _factory() -> Connection:
@@ -190,13 +195,21 @@ class Client:
         self.enrolled = False
 
     def enroll(self) -> None:
-        e = self.conn.enroll(EnrollRequest(name=self.name, num_examples=self.num_examples,
-                                           layout=self.layout, client_id=self.client_id,
-                                           info=self.info))
+        e = self.conn.enroll(
+            EnrollRequest(
+                name=self.name,
+                num_examples=self.num_examples,
+                layout=self.layout,
+                client_id=self.client_id,
+                info=self.info,
+            )
+        )
         self.client_id = e.client_id
         self.enrolled = True
         self._save_client_id()
-        log.info("client %s enrolled in run %s as %s", self.name, e.run_name, e.client_id)
+        log.info(
+            "client %s enrolled in run %s as %s", self.name, e.run_name, e.client_id
+        )
 
     # --------------------------------------------------------------- work
     def _terminal_send(self, upd: OutgoingUpdate) -> UploadAck:
@@ -204,11 +217,17 @@ class Client:
             data, encoding = codec.encode_dense(upd.vector), codec.DENSE_F32
         else:
             data, encoding = upd.data, upd.encoding or codec.DENSE_F32
-        header = UpdateHeader(task_id=upd.task.task_id, round=upd.task.round,
-                              num_examples=upd.num_examples, layout=self.layout,
-                              total_bytes=len(data), sha256=codec.sha256_hex(data),
-                              encoding=encoding, encoding_params=dict(upd.encoding_params),
-                              metrics=dict(upd.metrics))
+        header = UpdateHeader(
+            task_id=upd.task.task_id,
+            round=upd.task.round,
+            num_examples=upd.num_examples,
+            layout=self.layout,
+            total_bytes=len(data),
+            sha256=codec.sha256_hex(data),
+            encoding=encoding,
+            encoding_params=dict(upd.encoding_params),
+            metrics=dict(upd.metrics),
+        )
         self._pending = (upd.task.task_id, header, data)
         ack = self.conn.upload_update(header, data)
         self._pending = None
@@ -226,22 +245,35 @@ class Client:
         self._pending = None
         payload = self.conn.download_model(task.task_id)
         if payload.layout != self.layout:
-            raise InvalidArgument("global model layout differs from the local model: "
-                                  f"{self.layout.describe_mismatch(payload.layout)}")
+            raise InvalidArgument(
+                "global model layout differs from the local model: "
+                f"{self.layout.describe_mismatch(payload.layout)}"
+            )
         global_vec = codec.decode(payload.encoding, payload.data, self.layout.numel)
         load_vector(self.model, global_vec, self.layout)
         t0 = time.perf_counter()
         self.model.train()
-        fit = _as_fit_result(self.train_fn(self.model, dict(task.config)), self.num_examples)
+        fit = _as_fit_result(
+            self.train_fn(self.model, dict(task.config)), self.num_examples
+        )
         metrics = {**fit.metrics, "train_seconds": time.perf_counter() - t0}
         delta = flatten(self.model, self.layout) - global_vec
         if not bool(torch.isfinite(delta).all()):
-            raise InvalidArgument("local training produced non-finite weights; "
-                                  "not uploading")
-        ack = self._send(OutgoingUpdate(task=task, vector=delta,
-                                        num_examples=fit.num_examples, metrics=metrics))
-        log.info("client %s: round %d update sent (%d bytes): %s", self.name, task.round,
-                 ack.bytes_received, ack.message)
+            raise InvalidArgument(
+                "local training produced non-finite weights; not uploading"
+            )
+        ack = self._send(
+            OutgoingUpdate(
+                task=task, vector=delta, num_examples=fit.num_examples, metrics=metrics
+            )
+        )
+        log.info(
+            "client %s: round %d update sent (%d bytes): %s",
+            self.name,
+            task.round,
+            ack.bytes_received,
+            ack.message,
+        )
         self.rounds_done += 1
         if self.eval_fn is not None:
             ev = {k: float(v) for k, v in self.eval_fn(self.model).items()}
@@ -251,7 +283,9 @@ class Client:
         """Enrol if needed, poll once, handle the task; returns the task seen."""
         if not self.enrolled:
             self.enroll()
-        task = self.conn.get_task(self.poll_seconds if wait_seconds is None else wait_seconds)
+        task = self.conn.get_task(
+            self.poll_seconds if wait_seconds is None else wait_seconds
+        )
         if task.kind is TaskKind.FINISHED:
             self.finished = True
         elif task.kind is TaskKind.TRAIN:
@@ -274,8 +308,11 @@ class Client:
                 task = self.step()
                 attempt, failing_since = 0, None
                 if task.kind is TaskKind.FINISHED:
-                    log.info("client %s: run finished after %d rounds", self.name,
-                             self.rounds_done)
+                    log.info(
+                        "client %s: run finished after %d rounds",
+                        self.name,
+                        self.rounds_done,
+                    )
                     return
                 if task.kind is TaskKind.WAIT and task.retry_after > 0:
                     self._stop.wait(min(task.retry_after, 5.0))
@@ -287,20 +324,30 @@ class Client:
             except Unavailable as exc:
                 now = time.monotonic()
                 failing_since = failing_since or now
-                if self.give_up_after is not None and now - failing_since > self.give_up_after:
+                if (
+                    self.give_up_after is not None
+                    and now - failing_since > self.give_up_after
+                ):
                     raise ConnectionError(
                         f"coordinator unreachable for {now - failing_since:.0f}s: "
-                        f"{exc.reason}") from exc
+                        f"{exc.reason}"
+                    ) from exc
                 delay = self.backoff.delay(attempt)
                 attempt += 1
-                log.warning("client %s: coordinator unavailable (%s); retry in %.1fs",
-                            self.name, exc.reason, delay)
+                log.warning(
+                    "client %s: coordinator unavailable (%s); retry in %.1fs",
+                    self.name,
+                    exc.reason,
+                    delay,
+                )
                 self._reset_connection()
                 self._stop.wait(delay)
             except InvalidArgument as exc:
                 # e.g. enrolment refused for a model layout mismatch: not retryable.
                 self.last_error = exc.reason
-                log.error("client %s: refused by the coordinator: %s", self.name, exc.reason)
+                log.error(
+                    "client %s: refused by the coordinator: %s", self.name, exc.reason
+                )
                 raise
             except FedplatError as exc:
                 log.warning("client %s: %s", self.name, exc)
@@ -313,8 +360,9 @@ class Client:
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError("client already started")
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run_safely, name=f"fedplat-{self.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run_safely, name=f"fedplat-{self.name}", daemon=True
+        )
         self._thread.start()
         return self._thread
 

@@ -45,7 +45,7 @@ def chain(layers: Sequence[Middleware], terminal: Send) -> Send:
     """Compose ``layers`` (outermost first) around ``terminal``."""
     send = terminal
     for layer in reversed(layers):
-        send = (lambda lyr, nxt: (lambda u: lyr(u, nxt)))(layer, send)
+        send = (lambda lyr, nxt: lambda u: lyr(u, nxt))(layer, send)
     return send
 
 
@@ -74,6 +74,9 @@ class ClipNorm:
     def __call__(self, update: OutgoingUpdate, send: Send) -> UploadAck:
         norm = float(update.vector.norm())
         if norm > self.max_norm:
-            update = replace(update, vector=update.vector * (self.max_norm / norm),
-                             metrics={**update.metrics, "clipped_from_norm": norm})
+            update = replace(
+                update,
+                vector=update.vector * (self.max_norm / norm),
+                metrics={**update.metrics, "clipped_from_norm": norm},
+            )
         return send(update)

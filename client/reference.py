@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from fedplat.client.client import FitResult
 
 
@@ -39,8 +38,9 @@ class ReferenceSpec:
 
 
 @lru_cache(maxsize=8)
-def _partition_indices(dataset: str, partition: str, params: tuple[tuple[str, Any], ...],
-                       n: int, seed: int) -> tuple[np.ndarray, ...]:
+def _partition_indices(
+    dataset: str, partition: str, params: tuple[tuple[str, Any], ...], n: int, seed: int
+) -> tuple[np.ndarray, ...]:
     from fedplat.data import load_dataset
     from fedplat.data import partition as make_partition
 
@@ -58,12 +58,16 @@ class ReferenceParts:
     def train(self, model: torch.nn.Module, config: Mapping[str, Any]) -> FitResult:
         from fedplat.models.training import train_epochs
 
-        res = train_epochs(model, self.data, epochs=int(config.get("epochs", 1)),
-                           batch_size=int(config.get("batch_size", 32)),
-                           lr=float(config.get("lr", 0.05)),
-                           optimizer=str(config.get("optimizer", "sgd")),
-                           momentum=float(config.get("momentum", 0.0)),
-                           max_steps=config.get("max_steps"))
+        res = train_epochs(
+            model,
+            self.data,
+            epochs=int(config.get("epochs", 1)),
+            batch_size=int(config.get("batch_size", 32)),
+            lr=float(config.get("lr", 0.05)),
+            optimizer=str(config.get("optimizer", "sgd")),
+            momentum=float(config.get("momentum", 0.0)),
+            max_steps=config.get("max_steps"),
+        )
         return FitResult(res.num_examples, {"train_loss": float(res.mean_loss)})
 
 
@@ -72,11 +76,20 @@ def reference_parts(spec: ReferenceSpec) -> ReferenceParts:
     from fedplat.models import create_model
 
     ds = load_dataset(spec.dataset, "train")
-    parts = _partition_indices(spec.dataset, spec.partition,
-                               tuple(sorted(spec.partition_params.items())),
-                               spec.num_partitions, spec.seed)
+    parts = _partition_indices(
+        spec.dataset,
+        spec.partition,
+        tuple(sorted(spec.partition_params.items())),
+        spec.num_partitions,
+        spec.seed,
+    )
     idx = torch.from_numpy(np.asarray(parts[spec.partition_id], dtype=np.int64))
     local = ds.subset(idx)
-    model = create_model(spec.model, ds.input_shape, ds.num_classes,
-                         seed=spec.seed, **dict(spec.model_params))
+    model = create_model(
+        spec.model,
+        ds.input_shape,
+        ds.num_classes,
+        seed=spec.seed,
+        **dict(spec.model_params),
+    )
     return ReferenceParts(model=model, data=local, num_examples=len(local))

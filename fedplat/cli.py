@@ -18,8 +18,10 @@ log = logging.getLogger("fedplat.cli")
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def _json_arg(text: str) -> dict[str, Any]:
@@ -47,7 +49,9 @@ def _partition_arg(text: str) -> tuple[str, dict[str, Any]]:
         raise argparse.ArgumentTypeError(f"bad partition argument: {exc}") from exc
     if name not in ("iid", "dirichlet", "shards", "label_sorted"):
         raise argparse.ArgumentTypeError(
-            f"unknown partition {name!r}; use iid, dirichlet:ALPHA, shards:K, label_sorted")
+            f"unknown partition {name!r}; "
+            "use iid, dirichlet:ALPHA, shards:K, label_sorted"
+        )
     return name, params
 
 
@@ -71,16 +75,29 @@ def cmd_client(args: argparse.Namespace) -> int:
     from fedplat.client.reference import ReferenceSpec, reference_parts
 
     partition, pparams = args.partition
-    spec = ReferenceSpec(dataset=args.dataset, model=args.model,
-                         model_params=args.model_params, num_partitions=args.num_partitions,
-                         partition_id=args.partition_id, partition=partition,
-                         partition_params=pparams, seed=args.seed)
+    spec = ReferenceSpec(
+        dataset=args.dataset,
+        model=args.model,
+        model_params=args.model_params,
+        num_partitions=args.num_partitions,
+        partition_id=args.partition_id,
+        partition=partition,
+        partition_params=pparams,
+        seed=args.seed,
+    )
     parts = reference_parts(spec)
     root = Path(args.root_cert).read_bytes() if args.root_cert else None
-    client = Client(args.address, parts.model, parts.train, num_examples=parts.num_examples,
-                    name=args.name or f"client-{args.partition_id}", insecure=args.insecure,
-                    root_certificates=root, state_dir=args.state_dir,
-                    give_up_after=args.give_up_after)
+    client = Client(
+        args.address,
+        parts.model,
+        parts.train,
+        num_examples=parts.num_examples,
+        name=args.name or f"client-{args.partition_id}",
+        insecure=args.insecure,
+        root_certificates=root,
+        state_dir=args.state_dir,
+        give_up_after=args.give_up_after,
+    )
 
     def _on_signal(signum: int, frame: Any) -> None:
         client._stop.set()
@@ -110,15 +127,33 @@ def cmd_sim(args: argparse.Namespace) -> int:
     n = args.clients
 
     def build(i: int, factory: Any) -> Client:
-        parts = reference_parts(ReferenceSpec(
-            dataset=cfg.data.dataset, model=cfg.model.name, model_params=cfg.model.params,
-            num_partitions=n, partition_id=i, partition=partition,
-            partition_params=pparams, seed=cfg.run.seed))
-        return Client(None, parts.model, parts.train, num_examples=parts.num_examples,
-                      name=f"sim-{i}", connection_factory=factory)
+        parts = reference_parts(
+            ReferenceSpec(
+                dataset=cfg.data.dataset,
+                model=cfg.model.name,
+                model_params=cfg.model.params,
+                num_partitions=n,
+                partition_id=i,
+                partition=partition,
+                partition_params=pparams,
+                seed=cfg.run.seed,
+            )
+        )
+        return Client(
+            None,
+            parts.model,
+            parts.train,
+            num_examples=parts.num_examples,
+            name=f"sim-{i}",
+            connection_factory=factory,
+        )
 
-    bar = tqdm(total=cfg.run.rounds, desc=f"sim {cfg.run.name}", unit="round",
-               disable=args.no_progress)
+    bar = tqdm(
+        total=cfg.run.rounds,
+        desc=f"sim {cfg.run.name}",
+        unit="round",
+        disable=args.no_progress,
+    )
 
     def on_round(o: Any) -> None:
         if o.completed:
@@ -128,8 +163,16 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     res = simulate(cfg, build, n, on_round=on_round)
     bar.close()
-    print(json.dumps({"run_id": res.run_id, "rounds": len(res.rounds),
-                      "final_accuracy": res.final_accuracy, "store": cfg.store.url}))
+    print(
+        json.dumps(
+            {
+                "run_id": res.run_id,
+                "rounds": len(res.rounds),
+                "final_accuracy": res.final_accuracy,
+                "store": cfg.store.url,
+            }
+        )
+    )
     return 0
 
 
@@ -156,18 +199,31 @@ def wait_healthy(address: str, timeout: float) -> None:
             except grpc.RpcError:
                 pass
             if time.monotonic() > end:
-                raise TimeoutError(f"coordinator at {address} not healthy after {timeout}s")
+                raise TimeoutError(
+                    f"coordinator at {address} not healthy after {timeout}s"
+                )
             time.sleep(0.2)
 
 
-def demo_config(workdir: Path, *, address: str, rounds: int, clients: int, dataset: str,
-                model: str, seed: int) -> dict[str, Any]:
+def demo_config(
+    workdir: Path,
+    *,
+    address: str,
+    rounds: int,
+    clients: int,
+    dataset: str,
+    model: str,
+    seed: int,
+) -> dict[str, Any]:
     return {
         "run": {"name": f"demo-{int(time.time())}", "rounds": rounds, "seed": seed},
         "model": {"name": model},
         "data": {"dataset": dataset},
-        "selection": {"clients_per_round": clients, "min_available": clients,
-                      "quorum": max(1, clients - 2)},
+        "selection": {
+            "clients_per_round": clients,
+            "min_available": clients,
+            "quorum": max(1, clients - 2),
+        },
         "deadlines": {"round_seconds": 300},
         "client_training": {"epochs": 2, "batch_size": 32, "lr": 0.05},
         "aggregator": {"name": "fedavg"},
@@ -186,8 +242,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{_free_port()}"
-    cfg = demo_config(workdir, address=address, rounds=args.rounds, clients=args.clients,
-                      dataset=args.dataset, model=args.model, seed=args.seed)
+    cfg = demo_config(
+        workdir,
+        address=address,
+        rounds=args.rounds,
+        clients=args.clients,
+        dataset=args.dataset,
+        model=args.model,
+        seed=args.seed,
+    )
     cfg_path = workdir / "demo.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -197,21 +260,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     procs: list[subprocess.Popen[bytes]] = []
     with (logs / "coordinator.log").open("wb") as clog:
-        coord = subprocess.Popen([*exe, "coordinator", "--config", str(cfg_path)],
-                                 stdout=clog, stderr=subprocess.STDOUT, env=env)
+        coord = subprocess.Popen(
+            [*exe, "coordinator", "--config", str(cfg_path)],
+            stdout=clog,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         wait_healthy(address, 120)
         print(f"coordinator up at {address}; starting {args.clients} clients")
         for i in range(args.clients):
             with (logs / f"client-{i}.log").open("wb") as f:
-                procs.append(subprocess.Popen(
-                    [*exe, "client", "--address", address, "--insecure",
-                     "--dataset", args.dataset, "--model", args.model,
-                     "--partition", f"dirichlet:{args.alpha}",
-                     "--num-partitions", str(args.clients), "--partition-id", str(i),
-                     "--seed", str(args.seed), "--name", f"demo-client-{i}",
-                     "--give-up-after", "60"],
-                    stdout=f, stderr=subprocess.STDOUT, env=env))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            *exe,
+                            "client",
+                            "--address",
+                            address,
+                            "--insecure",
+                            "--dataset",
+                            args.dataset,
+                            "--model",
+                            args.model,
+                            "--partition",
+                            f"dirichlet:{args.alpha}",
+                            "--num-partitions",
+                            str(args.clients),
+                            "--partition-id",
+                            str(i),
+                            "--seed",
+                            str(args.seed),
+                            "--name",
+                            f"demo-client-{i}",
+                            "--give-up-after",
+                            "60",
+                        ],
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
         store = Store(cfg["store"]["url"], migrate=False)
         run = None
         last = 0
@@ -223,8 +312,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             for r in store.list_rounds(run.id):
                 if r.status == "completed" and r.number > last:
                     last = r.number
-                    print(f"round {r.number:3d}/{args.rounds}: accuracy {r.accuracy:.4f} "
-                          f"({time.perf_counter() - t0:.0f}s)", flush=True)
+                    print(
+                        f"round {r.number:3d}/{args.rounds}: accuracy {r.accuracy:.4f} "
+                        f"({time.perf_counter() - t0:.0f}s)",
+                        flush=True,
+                    )
         rc = coord.returncode
     finally:
         for p in procs:
@@ -246,21 +338,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rounds = [r for r in store.list_rounds(run.id) if r.status == "completed"]
     parts = store.list_participations(run.id)
     result = {
-        "dataset": args.dataset, "model": args.model, "clients": args.clients,
-        "partition": f"dirichlet({args.alpha})", "rounds": len(rounds),
+        "dataset": args.dataset,
+        "model": args.model,
+        "clients": args.clients,
+        "partition": f"dirichlet({args.alpha})",
+        "rounds": len(rounds),
         "final_accuracy": rounds[-1].accuracy if rounds else None,
         "accuracy_per_round": [r.accuracy for r in rounds],
         "seconds": round(seconds, 1),
         "bytes_up": sum(p.bytes_up for p in parts),
         "bytes_down": sum(p.bytes_down for p in parts),
-        "run_id": run.id, "store": cfg["store"]["url"],
+        "run_id": run.id,
+        "store": cfg["store"]["url"],
     }
     store.close()
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"final accuracy {result['final_accuracy']:.4f} after {len(rounds)} rounds "
-          f"in {seconds:.0f}s")
+    print(
+        f"final accuracy {result['final_accuracy']:.4f} after {len(rounds)} rounds "
+        f"in {seconds:.0f}s"
+    )
     print(f"results: {out}\nstore:   {cfg['store']['url']}\nlogs:    {logs}")
     return 0
 
@@ -278,10 +376,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_coordinator)
 
     def add_data_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--partition", type=_partition_arg, default=("iid", {}),
-                        help="iid | dirichlet:ALPHA | shards:K | label_sorted")
+        sp.add_argument(
+            "--partition",
+            type=_partition_arg,
+            default=("iid", {}),
+            help="iid | dirichlet:ALPHA | shards:K | label_sorted",
+        )
 
-    k = sub.add_parser("client", help="a reference client training on one data partition")
+    k = sub.add_parser(
+        "client", help="a reference client training on one data partition"
+    )
     k.add_argument("--address", required=True)
     k.add_argument("--insecure", action="store_true", help="plaintext gRPC (no TLS)")
     k.add_argument("--root-cert", help="PEM file of the CA that signed the server cert")
@@ -294,11 +398,17 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--name")
     k.add_argument("--state-dir")
-    k.add_argument("--give-up-after", type=float, default=None,
-                   help="exit when the coordinator is unreachable this long (seconds)")
+    k.add_argument(
+        "--give-up-after",
+        type=float,
+        default=None,
+        help="exit when the coordinator is unreachable this long (seconds)",
+    )
     k.set_defaults(func=cmd_client)
 
-    s = sub.add_parser("sim", help="simulate N in-process clients through the round engine")
+    s = sub.add_parser(
+        "sim", help="simulate N in-process clients through the round engine"
+    )
     s.add_argument("--config", required=True)
     s.add_argument("--clients", type=int, default=10)
     add_data_args(s)

@@ -21,8 +21,12 @@ from typing import Any
 
 import torch
 
-SUPPORTED_DTYPES = {"float32": torch.float32, "float16": torch.float16,
-                    "bfloat16": torch.bfloat16, "float64": torch.float64}
+SUPPORTED_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
 _DTYPE_NAMES = {v: k for k, v in SUPPORTED_DTYPES.items()}
 
 
@@ -82,16 +86,23 @@ class Layout:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tensors": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype}
-                            for s in self.specs]}
+        return {
+            "tensors": [
+                {"name": s.name, "shape": list(s.shape), "dtype": s.dtype}
+                for s in self.specs
+            ]
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Layout:
         try:
             tensors = data["tensors"]
             specs = tuple(
-                TensorSpec(str(t["name"]), tuple(int(x) for x in t["shape"]),
-                           str(t.get("dtype", "float32")))
+                TensorSpec(
+                    str(t["name"]),
+                    tuple(int(x) for x in t["shape"]),
+                    str(t.get("dtype", "float32")),
+                )
                 for t in tensors
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -119,7 +130,8 @@ class Layout:
         for s in self.specs:
             o = theirs[s.name]
             if o.shape != s.shape:
-                return f"tensor {s.name!r} has shape {list(o.shape)}, expected {list(s.shape)}"
+                return (f"tensor {s.name!r} has shape {list(o.shape)}, "
+                        f"expected {list(s.shape)}")
             if o.dtype != s.dtype:
                 return f"tensor {s.name!r} has dtype {o.dtype}, expected {s.dtype}"
         return "tensor order differs"
@@ -134,12 +146,15 @@ def layout_of(state: torch.nn.Module | Mapping[str, torch.Tensor]) -> Layout:
             continue
         if t.dtype not in _DTYPE_NAMES:
             raise LayoutError(f"tensor {name!r}: unsupported dtype {t.dtype}")
-        specs.append(TensorSpec(name, tuple(int(s) for s in t.shape), _DTYPE_NAMES[t.dtype]))
+        specs.append(
+            TensorSpec(name, tuple(int(s) for s in t.shape), _DTYPE_NAMES[t.dtype])
+        )
     return Layout(tuple(specs))
 
 
-def flatten(state: torch.nn.Module | Mapping[str, torch.Tensor],
-            layout: Layout | None = None) -> torch.Tensor:
+def flatten(
+    state: torch.nn.Module | Mapping[str, torch.Tensor], layout: Layout | None = None
+) -> torch.Tensor:
     """Concatenate the tensors named by ``layout`` into one float32 vector ``[d]``."""
     sd = state.state_dict() if isinstance(state, torch.nn.Module) else state
     layout = layout or layout_of(sd)
@@ -150,14 +165,15 @@ def flatten(state: torch.nn.Module | Mapping[str, torch.Tensor],
         t = sd[spec.name]
         if tuple(t.shape) != spec.shape:
             raise LayoutError(
-                f"tensor {spec.name!r} has shape {list(t.shape)}, expected {list(spec.shape)}"
+                f"tensor {spec.name!r} has shape {list(t.shape)}, "
+                f"expected {list(spec.shape)}"
             )
         out[a:b] = t.detach().reshape(-1).to(torch.float32)
     return out
 
 
 def unflatten(vec: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
-    """Split a flat vector ``[d]`` into named tensors (views, original dtypes restored)."""
+    """Split a flat vector ``[d]`` into named tensors (original dtypes restored)."""
     if vec.dim() != 1 or vec.numel() != layout.numel:
         raise LayoutError(
             f"vector has shape {list(vec.shape)}, layout needs [{layout.numel}]"
@@ -170,7 +186,9 @@ def unflatten(vec: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_vector(model: torch.nn.Module, vec: torch.Tensor, layout: Layout | None = None) -> None:
+def load_vector(
+    model: torch.nn.Module, vec: torch.Tensor, layout: Layout | None = None
+) -> None:
     """Copy a flat vector into a module's parameters and floating buffers in place."""
     layout = layout or layout_of(model)
     tensors = unflatten(vec, layout)

@@ -1,4 +1,4 @@
-"""Serve a run: gRPC server (+ health service) around a round engine, with its driver."""
+"""Serve a run: a gRPC server (+ health service) around a round engine."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 from types import FrameType
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.server.config import RunConfig
 from fedplat.server.engine import RoundEngine
 from fedplat.server.servicer import CoordinatorServicer
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.store import Store
 
 log = logging.getLogger("fedplat.server")
@@ -32,15 +32,19 @@ class Coordinator:
         self.stop_event = threading.Event()
         s = cfg.server
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=s.max_workers,
-                                       thread_name_prefix="fedplat-rpc"),
-            options=[("grpc.max_send_message_length", s.max_message_bytes),
-                     ("grpc.max_receive_message_length", s.max_message_bytes),
-                     ("grpc.so_reuseport", 0)],
+            futures.ThreadPoolExecutor(
+                max_workers=s.max_workers, thread_name_prefix="fedplat-rpc"
+            ),
+            options=[
+                ("grpc.max_send_message_length", s.max_message_bytes),
+                ("grpc.max_receive_message_length", s.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
             maximum_concurrent_rpcs=s.max_workers * 4,
         )
-        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.engine),
-                                                  self.server)
+        pb_grpc.add_CoordinatorServicer_to_server(
+            CoordinatorServicer(self.engine), self.server
+        )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if s.insecure:
@@ -50,22 +54,27 @@ class Coordinator:
             key = Path(s.tls.key).read_bytes()
             cert = Path(s.tls.cert).read_bytes()
             ca = Path(s.tls.client_ca).read_bytes() if s.tls.client_ca else None
-            creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
-                                                require_client_auth=ca is not None)
+            creds = grpc.ssl_server_credentials(
+                [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+            )
             self.port = self.server.add_secure_port(s.address, creds)
         if self.port == 0:
             raise OSError(f"cannot bind {s.address}")
-        self._driver = threading.Thread(target=self._drive, name="fedplat-driver",
-                                        daemon=True)
+        self._driver = threading.Thread(
+            target=self._drive, name="fedplat-driver", daemon=True
+        )
 
     def _drive(self) -> None:
         try:
             self.engine.run(self.stop_event)
         except Exception:
             log.exception("round driver crashed")
-            self.store.add_event(self.engine.run_id, "coordinator_error",
-                                 "round driver crashed; see the coordinator log",
-                                 level="error")
+            self.store.add_event(
+                self.engine.run_id,
+                "coordinator_error",
+                "round driver crashed; see the coordinator log",
+                level="error",
+            )
             self.stop_event.set()
 
     def start(self) -> None:
@@ -73,7 +82,9 @@ class Coordinator:
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._driver.start()
-        log.info("coordinator for run %r listening on port %d", self.cfg.run.name, self.port)
+        log.info(
+            "coordinator for run %r listening on port %d", self.cfg.run.name, self.port
+        )
 
     def wait(self) -> None:
         """Block until the run finishes (or stop); keep serving FINISHED briefly."""

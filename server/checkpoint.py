@@ -41,18 +41,27 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(directory: str | os.PathLike[str], ckpt: Checkpoint) -> tuple[str, str]:
+def save_checkpoint(
+    directory: str | os.PathLike[str], ckpt: Checkpoint
+) -> tuple[str, str]:
     """Write ``round_XXXXXX.safetensors`` atomically; return ``(path, sha256)``."""
     d = Path(directory) / ckpt.run_id
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"round_{ckpt.round:06d}.safetensors"
     tmp = final.with_suffix(".tmp")
     tensors = {"weights": ckpt.weights.contiguous()}
-    tensors.update({f"opt.{k}": v.contiguous() for k, v in ckpt.optimizer_state.items()})
-    tensors.update({f"agg.{k}": v.contiguous() for k, v in ckpt.aggregator_state.items()})
-    meta = {"run_id": ckpt.run_id, "round": str(ckpt.round),
-            "model_version": str(ckpt.model_version),
-            "layout": json.dumps(ckpt.layout.to_dict())}
+    tensors.update(
+        {f"opt.{k}": v.contiguous() for k, v in ckpt.optimizer_state.items()}
+    )
+    tensors.update(
+        {f"agg.{k}": v.contiguous() for k, v in ckpt.aggregator_state.items()}
+    )
+    meta = {
+        "run_id": ckpt.run_id,
+        "round": str(ckpt.round),
+        "model_version": str(ckpt.model_version),
+        "layout": json.dumps(ckpt.layout.to_dict()),
+    }
     save_file(tensors, str(tmp), metadata=meta)
     with tmp.open("rb") as f:
         os.fsync(f.fileno())
@@ -66,8 +75,12 @@ def save_checkpoint(directory: str | os.PathLike[str], ckpt: Checkpoint) -> tupl
     return str(final), _sha256_file(final)
 
 
-def load_checkpoint(path: str | os.PathLike[str], *, expected_sha256: str | None = None,
-                    expected_layout: Layout | None = None) -> Checkpoint:
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    expected_sha256: str | None = None,
+    expected_layout: Layout | None = None,
+) -> Checkpoint:
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} is missing")
@@ -81,25 +94,36 @@ def load_checkpoint(path: str | os.PathLike[str], *, expected_sha256: str | None
     try:
         layout = Layout.from_dict(json.loads(meta["layout"]))
         ckpt = Checkpoint(
-            run_id=meta["run_id"], round=int(meta["round"]),
-            model_version=int(meta["model_version"]), layout=layout,
+            run_id=meta["run_id"],
+            round=int(meta["round"]),
+            model_version=int(meta["model_version"]),
+            layout=layout,
             weights=tensors["weights"],
-            optimizer_state={k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
-            aggregator_state={k[4:]: v for k, v in tensors.items() if k.startswith("agg.")},
+            optimizer_state={
+                k[4:]: v for k, v in tensors.items() if k.startswith("opt.")
+            },
+            aggregator_state={
+                k[4:]: v for k, v in tensors.items() if k.startswith("agg.")
+            },
         )
     except (KeyError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {p} is malformed: {exc}") from exc
     if expected_layout is not None and layout != expected_layout:
         raise CheckpointError(
-            f"checkpoint {p} has another model layout: {expected_layout.describe_mismatch(layout)}"
+            f"checkpoint {p} has another model layout: "
+            f"{expected_layout.describe_mismatch(layout)}"
         )
     if ckpt.weights.shape != (layout.numel,):
         raise CheckpointError(f"checkpoint {p}: weights do not match the layout")
     return ckpt
 
 
-def prune_checkpoints(directory: str | os.PathLike[str], run_id: str, keep_last: int,
-                      protect: set[str] | None = None) -> None:
+def prune_checkpoints(
+    directory: str | os.PathLike[str],
+    run_id: str,
+    keep_last: int,
+    protect: set[str] | None = None,
+) -> None:
     """Delete all but the newest ``keep_last`` checkpoints of a run."""
     d = Path(directory) / run_id
     files = sorted(d.glob("round_*.safetensors"))

@@ -71,7 +71,8 @@ class SelectionSection(_Strict):
             )
         if self.min_available < self.quorum:
             raise ValueError(
-                f"min_available ({self.min_available}) must be >= quorum ({self.quorum})"
+                f"min_available ({self.min_available}) must be >= "
+                f"quorum ({self.quorum})"
             )
         return self
 
@@ -145,11 +146,14 @@ class ServerSection(_Strict):
     def _check(self) -> ServerSection:
         if not self.insecure and self.tls is None:
             raise ValueError(
-                "server: set tls.cert/tls.key, or insecure: true to serve plaintext gRPC"
+                "server: set tls.cert/tls.key, or insecure: true to serve "
+                "plaintext gRPC"
             )
         if self.chunk_bytes > self.max_message_bytes - 64 * 1024:
-            raise ValueError("server.chunk_bytes must leave 64 KiB of max_message_bytes "
-                             "for message framing")
+            raise ValueError(
+                "server.chunk_bytes must leave 64 KiB of max_message_bytes "
+                "for message framing"
+            )
         return self
 
 
@@ -170,15 +174,20 @@ class RunConfig(_Strict):
         """How many clients to select given ``available`` live clients."""
         k = self.selection.clients_per_round
         if self.selection.fraction is not None:
-            k = max(self.selection.quorum, math.ceil(self.selection.fraction * available))
+            k = max(
+                self.selection.quorum, math.ceil(self.selection.fraction * available)
+            )
         return min(k, available)
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(
-            out.get(k), dict) else v
+        out[k] = (
+            _deep_merge(out[k], v)
+            if isinstance(v, dict) and isinstance(out.get(k), dict)
+            else v
+        )
     return out
 
 
@@ -188,7 +197,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     for key, raw in environ.items():
         if not key.startswith("FEDPLAT__"):
             continue
-        parts = [p.lower() for p in key[len("FEDPLAT__"):].split("__") if p]
+        parts = [p.lower() for p in key[len("FEDPLAT__") :].split("__") if p]
         if not parts:
             continue
         node = out
@@ -209,8 +218,12 @@ def parse_config(data: dict[str, Any], source: str = "<dict>") -> RunConfig:
         raise ConfigError("\n".join(lines)) from None
 
 
-def load_config(path: str | os.PathLike[str], *, overrides: dict[str, Any] | None = None,
-                environ: dict[str, str] | None = None) -> RunConfig:
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> RunConfig:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run file and validate it."""
     p = Path(path)
     if not p.is_file():
@@ -227,7 +240,9 @@ def load_config(path: str | os.PathLike[str], *, overrides: dict[str, Any] | Non
         raise ConfigError(f"cannot parse {p}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping at the top level")
-    data = _deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
+    data = _deep_merge(
+        data, _env_overrides(dict(os.environ if environ is None else environ))
+    )
     if overrides:
         data = _deep_merge(data, overrides)
     return parse_config(data, str(p))

@@ -27,18 +27,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import torch
-
 from fedplat.aggregators import AggregationError, Aggregator
+from fedplat.server.checkpoint import Checkpoint as CheckpointData
 from fedplat.server.checkpoint import (
     CheckpointError,
     load_checkpoint,
     prune_checkpoints,
     save_checkpoint,
 )
-from fedplat.server.checkpoint import Checkpoint as CheckpointData
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.evaluation import Evaluator, build_model
 from fedplat.server.optimizers import ServerOptimizer
+
 from fedplat.store import RunRecord, Store
 from fedplat.transport import codec
 from fedplat.transport.errors import (
@@ -49,8 +49,8 @@ from fedplat.transport.errors import (
     UnknownClient,
 )
 from fedplat.transport.messages import (
-    EnrollRequest,
     Enrollment,
+    EnrollRequest,
     ModelPayload,
     Task,
     TaskKind,
@@ -127,23 +127,33 @@ def _build_aggregator(cfg: RunConfig) -> Aggregator:
         from fedplat.aggregators import create_aggregator
 
         return create_aggregator(a.name, **a.params)
-    return build_aggregator(a.name, dict(a.params),
-                            [{"name": p.name, "params": dict(p.params)} for p in a.pre])
+    return build_aggregator(
+        a.name,
+        dict(a.params),
+        [{"name": p.name, "params": dict(p.params)} for p in a.pre],
+    )
 
 
 class RoundEngine:
     """Coordinator state machine for one run (see module docstring)."""
 
-    def __init__(self, cfg: RunConfig, store: Store, *,
-                 evaluator: Evaluator | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        store: Store,
+        *,
+        evaluator: Evaluator | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cfg = cfg
         self.store = store
         self.clock = clock
         self._cond = threading.Condition(threading.RLock())
         self._clients: dict[str, _Client] = {}
         self._round: _Round | None = None
-        self._closed_tasks: dict[str, int] = {}  # task_id -> round, for clear "late" errors
+        self._closed_tasks: dict[
+            str, int
+        ] = {}  # task_id -> round, for clear "late" errors
         self._attempt = 1
         try:
             self.aggregator = _build_aggregator(cfg)
@@ -152,8 +162,9 @@ class RoundEngine:
         self.optimizer = ServerOptimizer(cfg.server_optimizer)
         model = build_model(cfg)
         self.layout: Layout = layout_of(model)
-        self.evaluator = evaluator if evaluator is not None else Evaluator.from_config(
-            cfg, model)
+        self.evaluator = (
+            evaluator if evaluator is not None else Evaluator.from_config(cfg, model)
+        )
         self.weights = flatten(model, self.layout)
         self.model_version = 0
         self.finished = False
@@ -170,49 +181,70 @@ class RoundEngine:
         existing = store.get_run_by_name(cfg.run.name)
         config_json = cfg.model_dump(mode="json")
         if existing is None:
-            run = store.create_run(cfg.run.name, config_json, self.layout.to_dict(),
-                                   cfg.run.rounds)
-            store.add_event(run.id, "run_created",
-                            f"run {cfg.run.name!r}: {cfg.run.rounds} rounds, "
-                            f"model {cfg.model.name} ({self.layout.numel} parameters)")
+            run = store.create_run(
+                cfg.run.name, config_json, self.layout.to_dict(), cfg.run.rounds
+            )
+            store.add_event(
+                run.id,
+                "run_created",
+                f"run {cfg.run.name!r}: {cfg.run.rounds} rounds, "
+                f"model {cfg.model.name} ({self.layout.numel} parameters)",
+            )
             return run
         stored_layout = Layout.from_dict(existing.layout)
         if stored_layout != self.layout:
             raise ConfigError(
                 f"run {cfg.run.name!r} already exists with another model layout "
-                f"({stored_layout.describe_mismatch(self.layout)}); choose a new run name"
+                f"({stored_layout.describe_mismatch(self.layout)}); "
+                "choose a new run name"
             )
         last = store.last_completed_round(existing.id)
         if last is not None:
             if last.checkpoint_path is None:
-                raise CheckpointError(f"round {last.number} completed without a checkpoint")
-            ckpt = load_checkpoint(last.checkpoint_path,
-                                   expected_sha256=last.checkpoint_sha256,
-                                   expected_layout=self.layout)
+                raise CheckpointError(
+                    f"round {last.number} completed without a checkpoint"
+                )
+            ckpt = load_checkpoint(
+                last.checkpoint_path,
+                expected_sha256=last.checkpoint_sha256,
+                expected_layout=self.layout,
+            )
             self.weights = ckpt.weights.clone()
             self.optimizer.load_state_dict(ckpt.optimizer_state)
             self.aggregator.load_state_dict(ckpt.aggregator_state)
             self.model_version = ckpt.model_version
         done = last.number if last is not None else 0
         if existing.total_rounds != cfg.run.rounds:
-            log.warning("run %s: stored total rounds %d, config says %d; using the config",
-                        cfg.run.name, existing.total_rounds, cfg.run.rounds)
+            log.warning(
+                "run %s: stored total rounds %d, config says %d; using the config",
+                cfg.run.name,
+                existing.total_rounds,
+                cfg.run.rounds,
+            )
         if done >= cfg.run.rounds:
             self.finished = True
             if existing.status != "completed":
-                existing = store.update_run(existing.id, status="completed",
-                                            finished_at=_now())
+                existing = store.update_run(
+                    existing.id, status="completed", finished_at=_now()
+                )
         else:
-            store.add_event(existing.id, "run_resumed",
-                            f"resuming run {cfg.run.name!r} after round {done}")
+            store.add_event(
+                existing.id,
+                "run_resumed",
+                f"resuming run {cfg.run.name!r} after round {done}",
+            )
             log.info("resuming run %s after round %d", cfg.run.name, done)
         return existing
 
     def _refresh_model_bytes(self) -> None:
         data = codec.encode_dense(self.weights)
-        self._model = ModelPayload(model_version=self.model_version,
-                                   round=self.model_version, layout=self.layout,
-                                   data=data, sha256=codec.sha256_hex(data))
+        self._model = ModelPayload(
+            model_version=self.model_version,
+            round=self.model_version,
+            layout=self.layout,
+            data=data,
+            sha256=codec.sha256_hex(data),
+        )
 
     @property
     def completed_rounds(self) -> int:
@@ -222,37 +254,57 @@ class RoundEngine:
     def enroll(self, req: EnrollRequest) -> Enrollment:
         if req.layout != self.layout:
             reason = self.layout.describe_mismatch(req.layout)
-            self.store.add_event(self.run_id, "enrolment_refused",
-                                 f"client {req.name!r}: model layout mismatch: {reason}",
-                                 level="warning")
+            self.store.add_event(
+                self.run_id,
+                "enrolment_refused",
+                f"client {req.name!r}: model layout mismatch: {reason}",
+                level="warning",
+            )
             raise InvalidArgument(
-                f"model layout does not match run {self.cfg.run.name!r}: {reason}")
+                f"model layout does not match run {self.cfg.run.name!r}: {reason}"
+            )
         token = secrets.token_urlsafe(32)
         with self._cond:
             client_id = req.client_id
             known = self.store.get_client(self.run_id, client_id) if client_id else None
             if known is None or known.name != req.name:
                 client_id = secrets.token_hex(8)
-            self._clients[client_id] = _Client(client_id, req.name, req.num_examples,
-                                               _hash_token(token), self.clock())
-        self.store.upsert_client(self.run_id, client_id, name=req.name,
-                                 num_examples=req.num_examples, info=dict(req.info),
-                                 status="active")
-        self.store.add_event(self.run_id, "client_enrolled",
-                             f"client {req.name!r} enrolled ({req.num_examples} examples)",
-                             client_id=client_id)
+            self._clients[client_id] = _Client(
+                client_id, req.name, req.num_examples, _hash_token(token), self.clock()
+            )
+        self.store.upsert_client(
+            self.run_id,
+            client_id,
+            name=req.name,
+            num_examples=req.num_examples,
+            info=dict(req.info),
+            status="active",
+        )
+        self.store.add_event(
+            self.run_id,
+            "client_enrolled",
+            f"client {req.name!r} enrolled ({req.num_examples} examples)",
+            client_id=client_id,
+        )
         s = self.cfg.server
         with self._cond:
             self._cond.notify_all()
-        return Enrollment(client_id=client_id, token=token, run_id=self.run_id,
-                          run_name=self.cfg.run.name, layout=self.layout,
-                          max_message_bytes=s.max_message_bytes,
-                          max_update_bytes=s.max_update_bytes)
+        return Enrollment(
+            client_id=client_id,
+            token=token,
+            run_id=self.run_id,
+            run_name=self.cfg.run.name,
+            layout=self.layout,
+            max_message_bytes=s.max_message_bytes,
+            max_update_bytes=s.max_update_bytes,
+        )
 
     def _auth(self, client_id: str, token: str) -> _Client:
         c = self._clients.get(client_id)
         if c is None:
-            raise UnknownClient(f"client {client_id!r} is not enrolled in this run; enroll")
+            raise UnknownClient(
+                f"client {client_id!r} is not enrolled in this run; enroll"
+            )
         if not hmac.compare_digest(c.token_hash, _hash_token(token)):
             raise Unauthenticated("bad client token")
         return c
@@ -273,13 +325,23 @@ class RoundEngine:
                 self._cond.notify_all()
         name = c.name if c is not None else client_id
         if number is not None:
-            self.store.update_participation(self.run_id, number, client_id,
-                                            status="rejected", reason=reason,
-                                            bytes_up=nbytes)
-        self.store.add_event(self.run_id, "update_rejected",
-                             f"update from {name!r} rejected: {reason}", level="warning",
-                             round_number=number, client_id=client_id,
-                             details={"status": "rejected"})
+            self.store.update_participation(
+                self.run_id,
+                number,
+                client_id,
+                status="rejected",
+                reason=reason,
+                bytes_up=nbytes,
+            )
+        self.store.add_event(
+            self.run_id,
+            "update_rejected",
+            f"update from {name!r} rejected: {reason}",
+            level="warning",
+            round_number=number,
+            client_id=client_id,
+            details={"status": "rejected"},
+        )
 
     def _touch(self, c: _Client) -> None:
         now = self.clock()
@@ -293,10 +355,15 @@ class RoundEngine:
         r = self._round
         if r is None or client_id not in r.tasks or client_id in r.answered:
             return None
-        return Task(kind=TaskKind.TRAIN, run_id=self.run_id, round=r.number,
-                    task_id=r.tasks[client_id], model_version=self.model_version,
-                    deadline_unix=r.deadline,
-                    config=self.cfg.client_training.model_dump(mode="json"))
+        return Task(
+            kind=TaskKind.TRAIN,
+            run_id=self.run_id,
+            round=r.number,
+            task_id=r.tasks[client_id],
+            model_version=self.model_version,
+            deadline_unix=r.deadline,
+            config=self.cfg.client_training.model_dump(mode="json"),
+        )
 
     def get_task(self, client_id: str, token: str, wait_seconds: float = 0.0) -> Task:
         wait_seconds = max(0.0, min(wait_seconds, self.cfg.server.long_poll_seconds))
@@ -333,34 +400,54 @@ class RoundEngine:
             r = self._check_task(client_id, task_id)
             r.downloaded_at.setdefault(client_id, self.clock())
             payload, number = self._model, r.number
-        self.store.update_participation(self.run_id, number, client_id, status="downloaded",
-                                        bytes_down=len(payload.data))
+        self.store.update_participation(
+            self.run_id,
+            number,
+            client_id,
+            status="downloaded",
+            bytes_down=len(payload.data),
+        )
         return payload
 
-    def upload_update(self, client_id: str, token: str, header: UpdateHeader,
-                      data: bytes) -> UploadAck:
+    def upload_update(
+        self, client_id: str, token: str, header: UpdateHeader, data: bytes
+    ) -> UploadAck:
         with self._cond:
             c = self._auth(client_id, token)
             self._touch(c)
             r = self._round
-            if r is not None and r.tasks.get(client_id) == header.task_id and (
-                    client_id in r.answered):
+            if (
+                r is not None
+                and r.tasks.get(client_id) == header.task_id
+                and (client_id in r.answered)
+            ):
                 raise DuplicateUpdate(
-                    f"an update for task {header.task_id} (round {r.number}) was already "
-                    "received")
+                    f"an update for task {header.task_id} (round {r.number}) "
+                    "was already "
+                    "received"
+                )
             try:
                 r = self._check_task(client_id, header.task_id)
             except StaleUpdate as exc:
-                self.store.add_event(self.run_id, "update_rejected",
-                                     f"late or stale update: {exc.reason}",
-                                     level="warning", client_id=client_id,
-                                     round_number=self._closed_tasks.get(header.task_id),
-                                     details={"status": "late"})
+                self.store.add_event(
+                    self.run_id,
+                    "update_rejected",
+                    f"late or stale update: {exc.reason}",
+                    level="warning",
+                    client_id=client_id,
+                    round_number=self._closed_tasks.get(header.task_id),
+                    details={"status": "late"},
+                )
                 closed = self._closed_tasks.get(header.task_id)
                 if closed is not None:
-                    self.store.update_participation(self.run_id, closed, client_id,
-                                                    status="late", reason=exc.reason,
-                                                    bytes_up=len(data))
+                    self.store.update_participation(
+                        self.run_id,
+                        closed,
+                        client_id,
+                        status="late",
+                        reason=exc.reason,
+                        bytes_up=len(data),
+                    )
                 raise
             number = r.number
             late = self.clock() > r.deadline
@@ -368,64 +455,109 @@ class RoundEngine:
             if late:
                 raise StaleUpdate(f"round {number} deadline passed")
             if header.round != number:
-                raise StaleUpdate(f"update is for round {header.round}, open round is "
-                                  f"{number}")
+                raise StaleUpdate(
+                    f"update is for round {header.round}, open round is {number}"
+                )
             if header.layout != self.layout:
-                raise InvalidArgument("update layout does not match the model: "
-                                      f"{self.layout.describe_mismatch(header.layout)}")
+                raise InvalidArgument(
+                    "update layout does not match the model: "
+                    f"{self.layout.describe_mismatch(header.layout)}"
+                )
             if header.num_examples > MAX_EXAMPLES_PER_UPDATE:
-                raise InvalidArgument(f"num_examples {header.num_examples} is implausible")
+                raise InvalidArgument(
+                    f"num_examples {header.num_examples} is implausible"
+                )
             if header.num_examples == 0 and self.cfg.aggregator.weighted:
-                raise InvalidArgument("num_examples must be >= 1 for a weighted aggregator")
-            vec = codec.decode(header.encoding, data, self.layout.numel,
-                               header.encoding_params)
+                raise InvalidArgument(
+                    "num_examples must be >= 1 for a weighted aggregator"
+                )
+            vec = codec.decode(
+                header.encoding, data, self.layout.numel, header.encoding_params
+            )
         except (InvalidArgument, StaleUpdate) as exc:
             status = "late" if isinstance(exc, StaleUpdate) else "rejected"
             with self._cond:
                 if self._round is r:
                     r.answered.add(client_id)
                     self._cond.notify_all()
-            self.store.update_participation(self.run_id, number, client_id, status=status,
-                                            reason=exc.reason, bytes_up=len(data))
-            self.store.add_event(self.run_id, "update_rejected",
-                                 f"update from {c.name!r} rejected: {exc.reason}",
-                                 level="warning", round_number=number,
-                                 client_id=client_id, details={"status": status})
+            self.store.update_participation(
+                self.run_id,
+                number,
+                client_id,
+                status=status,
+                reason=exc.reason,
+                bytes_up=len(data),
+            )
+            self.store.add_event(
+                self.run_id,
+                "update_rejected",
+                f"update from {c.name!r} rejected: {exc.reason}",
+                level="warning",
+                round_number=number,
+                client_id=client_id,
+                details={"status": status},
+            )
             raise
         with self._cond:
             if self._round is not r:
                 raise StaleUpdate(f"round {number} closed while the update was decoded")
             if client_id in r.answered:
-                raise DuplicateUpdate(f"an update for round {number} was already received")
-            r.updates[client_id] = _Update(vec, header.num_examples, dict(header.metrics),
-                                           len(data))
+                raise DuplicateUpdate(
+                    f"an update for round {number} was already received"
+                )
+            r.updates[client_id] = _Update(
+                vec, header.num_examples, dict(header.metrics), len(data)
+            )
             r.answered.add(client_id)
             started = r.downloaded_at.get(client_id, r.opened_at)
             duration = self.clock() - started
             self._cond.notify_all()
         self.store.update_participation(
-            self.run_id, number, client_id, status="succeeded", bytes_up=len(data),
-            num_examples=header.num_examples, duration_s=duration,
-            train_loss=header.metrics.get("train_loss"))
-        return UploadAck(accepted=True, message=f"update for round {number} accepted",
-                         bytes_received=len(data))
+            self.run_id,
+            number,
+            client_id,
+            status="succeeded",
+            bytes_up=len(data),
+            num_examples=header.num_examples,
+            duration_s=duration,
+            train_loss=header.metrics.get("train_loss"),
+        )
+        return UploadAck(
+            accepted=True,
+            message=f"update for round {number} accepted",
+            bytes_received=len(data),
+        )
 
-    def report_metrics(self, client_id: str, token: str, task_id: str, round_number: int,
-                       metrics: dict[str, float]) -> None:
+    def report_metrics(
+        self,
+        client_id: str,
+        token: str,
+        task_id: str,
+        round_number: int,
+        metrics: dict[str, float],
+    ) -> None:
         with self._cond:
             self._auth(client_id, token)
         if metrics:
-            self.store.add_metrics(self.run_id, {f"client.{k}": v for k, v in metrics.items()},
-                                   round_number=round_number, client_id=client_id)
+            self.store.add_metrics(
+                self.run_id,
+                {f"client.{k}": v for k, v in metrics.items()},
+                round_number=round_number,
+                client_id=client_id,
+            )
 
     # ------------------------------------------------------------ round lifecycle
     def live_clients(self) -> list[str]:
         now = self.clock()
         ttl = self.cfg.deadlines.liveness_seconds
         with self._cond:
-            return sorted(cid for cid, c in self._clients.items() if now - c.last_poll <= ttl)
+            return sorted(
+                cid for cid, c in self._clients.items() if now - c.last_poll <= ttl
+            )
 
-    def wait_for_clients(self, stop: threading.Event, timeout: float | None = None) -> bool:
+    def wait_for_clients(
+        self, stop: threading.Event, timeout: float | None = None
+    ) -> bool:
         """Block until ``min_available`` clients are live (or stop/timeout)."""
         end = None if timeout is None else time.monotonic() + timeout
         need = self.cfg.selection.min_available
@@ -435,7 +567,11 @@ class RoundEngine:
                 if len(self.live_clients()) >= need:
                     return True
                 if not logged:
-                    log.info("waiting for %d clients (%d live)", need, len(self.live_clients()))
+                    log.info(
+                        "waiting for %d clients (%d live)",
+                        need,
+                        len(self.live_clients()),
+                    )
                     logged = True
                 if end is not None and time.monotonic() >= end:
                     return False
@@ -459,17 +595,25 @@ class RoundEngine:
             tasks = {cid: secrets.token_hex(8) for cid in selected}
             self._round = _Round(number, self._attempt, now, deadline, tasks)
         if number == 1 and self._attempt == 1 and self.run_record.status == "pending":
-            self.run_record = self.store.update_run(self.run_id, status="running",
-                                                    started_at=_now())
+            self.run_record = self.store.update_run(
+                self.run_id, status="running", started_at=_now()
+            )
         elif self.run_record.status != "running":
             self.run_record = self.store.update_run(self.run_id, status="running")
-        self.store.start_round(self.run_id, number, selected=selected,
-                               deadline_at=datetime.fromtimestamp(deadline, UTC),
-                               model_version=self.model_version)
-        self.store.add_event(self.run_id, "round_opened",
-                             f"round {number} (attempt {self._attempt}): "
-                             f"{len(selected)} of {len(live)} live clients selected",
-                             round_number=number)
+        self.store.start_round(
+            self.run_id,
+            number,
+            selected=selected,
+            deadline_at=datetime.fromtimestamp(deadline, UTC),
+            model_version=self.model_version,
+        )
+        self.store.add_event(
+            self.run_id,
+            "round_opened",
+            f"round {number} (attempt {self._attempt}): "
+            f"{len(selected)} of {len(live)} live clients selected",
+            round_number=number,
+        )
         log.info("round %d opened: %d clients selected", number, len(selected))
         with self._cond:
             self._cond.notify_all()
@@ -480,8 +624,11 @@ class RoundEngine:
         if now >= r.deadline or r.answered >= r.selected:
             return True
         extra = self.cfg.deadlines.close_after_quorum_seconds
-        return (extra is not None and len(r.updates) >= self.cfg.selection.quorum
-                and now - r.opened_at >= extra)
+        return (
+            extra is not None
+            and len(r.updates) >= self.cfg.selection.quorum
+            and now - r.opened_at >= extra
+        )
 
     def wait_round(self, stop: threading.Event | None = None) -> None:
         """Block until every selected client answered, or the deadline passed."""
@@ -506,23 +653,39 @@ class RoundEngine:
                     del self._closed_tasks[tid]
             self._cond.notify_all()
         for cid in sorted(r.selected - r.answered):
-            self.store.update_participation(self.run_id, r.number, cid, status="dropped",
-                                            reason="no update before the round closed")
-            self.store.add_event(self.run_id, "client_dropped",
-                                 f"client {self._clients[cid].name!r} sent no update in "
-                                 f"round {r.number}", level="warning",
-                                 round_number=r.number, client_id=cid)
+            self.store.update_participation(
+                self.run_id,
+                r.number,
+                cid,
+                status="dropped",
+                reason="no update before the round closed",
+            )
+            self.store.add_event(
+                self.run_id,
+                "client_dropped",
+                f"client {self._clients[cid].name!r} sent no update in "
+                f"round {r.number}",
+                level="warning",
+                round_number=r.number,
+                client_id=cid,
+            )
         quorum = self.cfg.selection.quorum
         if len(r.updates) < quorum:
-            return self._fail_round(r, f"quorum not reached: {len(r.updates)} updates, "
-                                       f"{quorum} needed")
+            return self._fail_round(
+                r, f"quorum not reached: {len(r.updates)} updates, {quorum} needed"
+            )
         ids = sorted(r.updates)
         stack = torch.stack([r.updates[cid].vector for cid in ids])
-        weights = (torch.tensor([float(r.updates[cid].num_examples) for cid in ids])
-                   if self.cfg.aggregator.weighted else None)
+        weights = (
+            torch.tensor([float(r.updates[cid].num_examples) for cid in ids])
+            if self.cfg.aggregator.weighted
+            else None
+        )
         try:
             result = self.aggregator(stack, weights)
-            new_weights = self.optimizer.step(self.weights, result.aggregate.to(torch.float32))
+            new_weights = self.optimizer.step(
+                self.weights, result.aggregate.to(torch.float32)
+            )
         except AggregationError as exc:
             return self._fail_round(r, f"aggregation failed: {exc}")
         if not bool(torch.isfinite(new_weights).all()):
@@ -530,27 +693,55 @@ class RoundEngine:
         for d in result.decisions:
             cid = ids[d.index]
             self.store.update_participation(
-                self.run_id, r.number, cid, weight=d.weight,
-                flags={"selected": d.selected, "score": d.score, "flags": list(d.flags)})
+                self.run_id,
+                r.number,
+                cid,
+                weight=d.weight,
+                flags={
+                    "selected": d.selected,
+                    "score": d.score,
+                    "flags": list(d.flags),
+                },
+            )
         accuracy = loss = None
         if r.number % self.cfg.data.eval_every == 0 or r.number == self.cfg.run.rounds:
             ev = self.evaluator(new_weights)
             accuracy, loss = ev.accuracy, ev.loss
-        ckpt = CheckpointData(run_id=self.run_id, round=r.number, model_version=r.number,
-                              layout=self.layout, weights=new_weights,
-                              optimizer_state=self.optimizer.state_dict(),
-                              aggregator_state=self.aggregator.state_dict())
+        ckpt = CheckpointData(
+            run_id=self.run_id,
+            round=r.number,
+            model_version=r.number,
+            layout=self.layout,
+            weights=new_weights,
+            optimizer_state=self.optimizer.state_dict(),
+            aggregator_state=self.aggregator.state_dict(),
+        )
         path, sha = save_checkpoint(self.cfg.checkpoints.dir, ckpt)
-        self.store.finish_round(self.run_id, r.number, status="completed",
-                                accuracy=accuracy, loss=loss, checkpoint_path=path,
-                                checkpoint_sha256=sha)
-        prune_checkpoints(self.cfg.checkpoints.dir, self.run_id,
-                          self.cfg.checkpoints.keep_last, protect={path})
-        metrics = {"round_seconds": self.clock() - r.opened_at,
-                   "num_updates": float(len(ids)),
-                   "update_norm": float(result.aggregate.norm())}
-        train_losses = [r.updates[c].metrics["train_loss"] for c in ids
-                        if "train_loss" in r.updates[c].metrics]
+        self.store.finish_round(
+            self.run_id,
+            r.number,
+            status="completed",
+            accuracy=accuracy,
+            loss=loss,
+            checkpoint_path=path,
+            checkpoint_sha256=sha,
+        )
+        prune_checkpoints(
+            self.cfg.checkpoints.dir,
+            self.run_id,
+            self.cfg.checkpoints.keep_last,
+            protect={path},
+        )
+        metrics = {
+            "round_seconds": self.clock() - r.opened_at,
+            "num_updates": float(len(ids)),
+            "update_norm": float(result.aggregate.norm()),
+        }
+        train_losses = [
+            r.updates[c].metrics["train_loss"]
+            for c in ids
+            if "train_loss" in r.updates[c].metrics
+        ]
         if train_losses:
             metrics["train_loss"] = sum(train_losses) / len(train_losses)
         self.store.add_metrics(self.run_id, metrics, round_number=r.number)
@@ -568,16 +759,23 @@ class RoundEngine:
         self.store.add_event(self.run_id, "round_completed", msg, round_number=r.number)
         log.info(msg)
         if self.finished:
-            self.run_record = self.store.update_run(self.run_id, status="completed",
-                                                    finished_at=_now())
-            self.store.add_event(self.run_id, "run_completed",
-                                 f"run {self.cfg.run.name!r} completed")
+            self.run_record = self.store.update_run(
+                self.run_id, status="completed", finished_at=_now()
+            )
+            self.store.add_event(
+                self.run_id, "run_completed", f"run {self.cfg.run.name!r} completed"
+            )
         return RoundOutcome(r.number, True, len(r.selected), len(ids), accuracy, loss)
 
     def _fail_round(self, r: _Round, reason: str) -> RoundOutcome:
         self.store.finish_round(self.run_id, r.number, status="failed", reason=reason)
-        self.store.add_event(self.run_id, "round_failed", f"round {r.number}: {reason}",
-                             level="warning", round_number=r.number)
+        self.store.add_event(
+            self.run_id,
+            "round_failed",
+            f"round {r.number}: {reason}",
+            level="warning",
+            round_number=r.number,
+        )
         log.warning("round %d failed: %s", r.number, reason)
         with self._cond:
             self._attempt += 1
@@ -585,13 +783,20 @@ class RoundEngine:
                 self.finished = True
             self._cond.notify_all()
         if self.finished:
-            self.run_record = self.store.update_run(self.run_id, status="failed",
-                                                    finished_at=_now())
-            self.store.add_event(self.run_id, "run_failed",
-                                 f"round {r.number} failed "
-                                 f"{self.cfg.deadlines.max_round_attempts} times",
-                                 level="error", round_number=r.number)
-        return RoundOutcome(r.number, False, len(r.selected), len(r.updates), reason=reason)
+            self.run_record = self.store.update_run(
+                self.run_id, status="failed", finished_at=_now()
+            )
+            self.store.add_event(
+                self.run_id,
+                "run_failed",
+                f"round {r.number} failed "
+                f"{self.cfg.deadlines.max_round_attempts} times",
+                level="error",
+                round_number=r.number,
+            )
+        return RoundOutcome(
+            r.number, False, len(r.selected), len(r.updates), reason=reason
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Drive rounds until the run finishes or ``stop`` is set."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from fedplat.server.config import ConfigError, RunConfig
+
 from fedplat.vectors import layout_of, load_vector
 
 
@@ -23,8 +23,10 @@ def _shape_and_classes(cfg: RunConfig) -> tuple[tuple[int, ...], int]:
     from fedplat.data import load_dataset
 
     ds = load_dataset(cfg.data.dataset, split=cfg.data.eval_split)
-    return (tuple(cfg.model.input_shape or ds.input_shape),
-            cfg.model.num_classes or ds.num_classes)
+    return (
+        tuple(cfg.model.input_shape or ds.input_shape),
+        cfg.model.num_classes or ds.num_classes,
+    )
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:
@@ -41,9 +43,13 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
         try:
             model = factory(shape, classes, **cfg.model.params)
         except TypeError as exc:
-            raise ConfigError(f"model {cfg.model.name!r}: bad parameters: {exc}") from exc
+            raise ConfigError(
+                f"model {cfg.model.name!r}: bad parameters: {exc}"
+            ) from exc
     if not isinstance(model, torch.nn.Module):
-        raise ConfigError(f"model factory {cfg.model.name!r} did not return a torch Module")
+        raise ConfigError(
+            f"model factory {cfg.model.name!r} did not return a torch Module"
+        )
     return model
 
 
@@ -60,7 +66,10 @@ class Evaluator:
         from fedplat.data import load_dataset
 
         ds = load_dataset(cfg.data.dataset, split=cfg.data.eval_split)
-        if cfg.data.eval_max_examples is not None and len(ds) > cfg.data.eval_max_examples:
+        if (
+            cfg.data.eval_max_examples is not None
+            and len(ds) > cfg.data.eval_max_examples
+        ):
             ds = ds.subset(torch.arange(cfg.data.eval_max_examples))
         return cls(model, ds)
 

@@ -10,7 +10,6 @@ adaptivity constant.
 from __future__ import annotations
 
 import torch
-
 from fedplat.server.config import ServerOptimizerSection
 
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn, TypeVar
 
 import grpc
+from fedplat.server.engine import RoundEngine
 
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.proto import serde
-from fedplat.server.engine import RoundEngine
 from fedplat.transport.errors import FedplatError, InvalidArgument
 from fedplat.transport.grpc import CLIENT_ID_KEY, STATUS_BY_CODE, TOKEN_KEY
 
@@ -60,25 +60,43 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
             raise
 
-    def Enroll(self, request: pb.EnrollRequest, context: grpc.ServicerContext
-               ) -> pb.EnrollResponse:
-        return self._guard(context, "Enroll", lambda: serde.enrollment_to_proto(
-            self.engine.enroll(serde.enroll_request_from_proto(request))))
+    def Enroll(
+        self, request: pb.EnrollRequest, context: grpc.ServicerContext
+    ) -> pb.EnrollResponse:
+        return self._guard(
+            context,
+            "Enroll",
+            lambda: serde.enrollment_to_proto(
+                self.engine.enroll(serde.enroll_request_from_proto(request))
+            ),
+        )
 
-    def GetTask(self, request: pb.GetTaskRequest, context: grpc.ServicerContext) -> pb.Task:
+    def GetTask(
+        self, request: pb.GetTaskRequest, context: grpc.ServicerContext
+    ) -> pb.Task:
         cid, tok = _creds(context)
-        return self._guard(context, "GetTask", lambda: serde.task_to_proto(
-            self.engine.get_task(cid, tok, request.wait_seconds)))
+        return self._guard(
+            context,
+            "GetTask",
+            lambda: serde.task_to_proto(
+                self.engine.get_task(cid, tok, request.wait_seconds)
+            ),
+        )
 
-    def DownloadModel(self, request: pb.DownloadRequest, context: grpc.ServicerContext
-                      ) -> Iterator[pb.ModelChunk]:
+    def DownloadModel(
+        self, request: pb.DownloadRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ModelChunk]:
         cid, tok = _creds(context)
-        payload = self._guard(context, "DownloadModel",
-                              lambda: self.engine.download_model(cid, tok, request.task_id))
+        payload = self._guard(
+            context,
+            "DownloadModel",
+            lambda: self.engine.download_model(cid, tok, request.task_id),
+        )
         yield from serde.model_to_chunks(payload, self.chunk_bytes)
 
-    def UploadUpdate(self, request_iterator: Iterator[pb.UpdateChunk],
-                     context: grpc.ServicerContext) -> pb.UploadAck:
+    def UploadUpdate(
+        self, request_iterator: Iterator[pb.UpdateChunk], context: grpc.ServicerContext
+    ) -> pb.UploadAck:
         cid, tok = _creds(context)
 
         def handle() -> pb.UploadAck:
@@ -86,18 +104,21 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.engine.authenticate(cid, tok)
             counted = _CountingIterator(request_iterator)
             try:
-                header, data = serde.update_from_chunks(iter(counted),
-                                                        self.max_update_bytes)
+                header, data = serde.update_from_chunks(
+                    iter(counted), self.max_update_bytes
+                )
             except InvalidArgument as exc:
                 self.engine.reject_upload(cid, exc.reason, counted.nbytes)
                 raise
             return serde.upload_ack_to_proto(
-                self.engine.upload_update(cid, tok, header, data))
+                self.engine.upload_update(cid, tok, header, data)
+            )
 
         return self._guard(context, "UploadUpdate", handle)
 
-    def ReportMetrics(self, request: pb.MetricsReport, context: grpc.ServicerContext
-                      ) -> pb.MetricsAck:
+    def ReportMetrics(
+        self, request: pb.MetricsReport, context: grpc.ServicerContext
+    ) -> pb.MetricsAck:
         cid, tok = _creds(context)
 
         def handle() -> pb.MetricsAck:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -24,17 +25,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_config(tmp: Path, *, name: str = "test", rounds: int = 3, clients: int = 4,
-               quorum: int | None = None, min_available: int | None = None,
-               address: str | None = None, **sections: Any) -> dict[str, Any]:
+def run_config(
+    tmp: Path,
+    *,
+    name: str = "test",
+    rounds: int = 3,
+    clients: int = 4,
+    quorum: int | None = None,
+    min_available: int | None = None,
+    address: str | None = None,
+    **sections: Any,
+) -> dict[str, Any]:
     """A small digits run writing into ``tmp``; ``sections`` override whole sections."""
     cfg: dict[str, Any] = {
         "run": {"name": name, "rounds": rounds, "seed": 0},
         "model": {"name": "mlp", "params": {"hidden": [64]}},
         "data": {"dataset": "digits"},
-        "selection": {"clients_per_round": clients,
-                      "min_available": min_available or clients,
-                      "quorum": quorum or clients},
+        "selection": {
+            "clients_per_round": clients,
+            "min_available": min_available or clients,
+            "quorum": quorum or clients,
+        },
         "deadlines": {"round_seconds": 60},
         "client_training": {"epochs": 1, "batch_size": 16, "lr": 0.1},
         "store": {"url": str(tmp / "fedplat.db")},
@@ -53,8 +64,12 @@ def write_config(tmp: Path, cfg: dict[str, Any]) -> Path:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1"}
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
 
 
 class Procs:
@@ -66,21 +81,53 @@ class Procs:
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.logdir / f"{name}.log").open("ab")
-        p = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
-                             env=_env(), cwd=REPO)
+        p = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            cwd=REPO,
+        )
         log.close()
         self.procs.append(p)
         return p
 
-    def coordinator(self, cfg_path: Path, name: str = "coordinator") -> subprocess.Popen[bytes]:
-        return self.start(name, ["-m", "fedplat.cli", "coordinator", "--config", str(cfg_path)])
+    def coordinator(
+        self, cfg_path: Path, name: str = "coordinator"
+    ) -> subprocess.Popen[bytes]:
+        return self.start(
+            name, ["-m", "fedplat.cli", "coordinator", "--config", str(cfg_path)]
+        )
 
-    def client(self, address: str, i: int, n: int, *extra: str) -> subprocess.Popen[bytes]:
-        return self.start(f"client-{i}", [
-            "-m", "fedplat.cli", "client", "--address", address, "--insecure",
-            "--dataset", "digits", "--model", "mlp", "--model-params", '{"hidden": [64]}',
-            "--num-partitions", str(n), "--partition-id", str(i), "--name", f"client-{i}",
-            "--give-up-after", "60", *extra])
+    def client(
+        self, address: str, i: int, n: int, *extra: str
+    ) -> subprocess.Popen[bytes]:
+        return self.start(
+            f"client-{i}",
+            [
+                "-m",
+                "fedplat.cli",
+                "client",
+                "--address",
+                address,
+                "--insecure",
+                "--dataset",
+                "digits",
+                "--model",
+                "mlp",
+                "--model-params",
+                '{"hidden": [64]}',
+                "--num-partitions",
+                str(n),
+                "--partition-id",
+                str(i),
+                "--name",
+                f"client-{i}",
+                "--give-up-after",
+                "60",
+                *extra,
+            ],
+        )
 
     def log(self, name: str) -> str:
         p = self.logdir / f"{name}.log"
@@ -91,10 +138,8 @@ class Procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
         for p in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 @pytest.fixture
@@ -106,8 +151,13 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     pr.cleanup()
 
 
-def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.2,
-             procs: Procs | None = None) -> Any:
+def wait_for(
+    pred: Any,
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    procs: Procs | None = None,
+) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         v = pred()
@@ -116,6 +166,8 @@ def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.2,
         time.sleep(interval)
     logs = ""
     if procs is not None:
-        logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
-                         for f in sorted(procs.logdir.glob("*.log")))
+        logs = "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+            for f in sorted(procs.logdir.glob("*.log"))
+        )
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")

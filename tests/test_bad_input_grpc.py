@@ -12,12 +12,12 @@ import grpc
 import numpy as np
 import pytest
 from conftest import run_config, wait_for
+from fedplat.server.app import Coordinator
+from fedplat.server.config import parse_config
 
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.proto import serde
-from fedplat.server.app import Coordinator
-from fedplat.server.config import parse_config
 from fedplat.vectors import Layout, TensorSpec
 
 
@@ -28,14 +28,22 @@ class RawClient:
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.CoordinatorStub(self.channel)
         self.layout = layout
-        resp = self.stub.Enroll(pb.EnrollRequest(
-            name=name, num_examples=10, layout=serde.layout_to_proto(layout)), timeout=10)
-        self.md = (("x-fedplat-client", resp.client_id), ("x-fedplat-token", resp.token))
+        resp = self.stub.Enroll(
+            pb.EnrollRequest(
+                name=name, num_examples=10, layout=serde.layout_to_proto(layout)
+            ),
+            timeout=10,
+        )
+        self.md = (
+            ("x-fedplat-client", resp.client_id),
+            ("x-fedplat-token", resp.token),
+        )
 
     def task(self) -> pb.Task:
         while True:
-            t = self.stub.GetTask(pb.GetTaskRequest(wait_seconds=2), metadata=self.md,
-                                  timeout=10)
+            t = self.stub.GetTask(
+                pb.GetTaskRequest(wait_seconds=2), metadata=self.md, timeout=10
+            )
             if t.kind == pb.Task.TRAIN:
                 return t
 
@@ -44,22 +52,37 @@ class RawClient:
 
 
 def header(task: pb.Task, data: bytes, layout: Layout, **kw: object) -> pb.UpdateChunk:
-    h = pb.UpdateHeader(task_id=task.task_id, round=task.round, num_examples=10,
-                        layout=serde.layout_to_proto(layout), encoding="dense-f32le",
-                        total_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    h = pb.UpdateHeader(
+        task_id=task.task_id,
+        round=task.round,
+        num_examples=10,
+        layout=serde.layout_to_proto(layout),
+        encoding="dense-f32le",
+        total_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
     for k, v in kw.items():
         setattr(h, k, v)
     return pb.UpdateChunk(header=h)
 
 
 def body(data: bytes) -> list[pb.UpdateChunk]:
-    return [pb.UpdateChunk(data=data[i:i + 65536]) for i in range(0, len(data), 65536)]
+    return [
+        pb.UpdateChunk(data=data[i : i + 65536]) for i in range(0, len(data), 65536)
+    ]
 
 
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    cfg = parse_config(run_config(tmp_path, rounds=1, clients=2, quorum=1,
-                                  server={"max_update_bytes": 200_000}))
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=1,
+            clients=2,
+            quorum=1,
+            server={"max_update_bytes": 200_000},
+        )
+    )
     coord = Coordinator(cfg)
     coord.start()
     yield coord
@@ -84,25 +107,42 @@ def _wrong_layout(layout: Layout) -> Layout:
 
 CASES = {
     "no header": lambda t, L: body(_zeros(L)),
-    "checksum mismatch": lambda t, L: [header(t, _zeros(L), L, sha256="0" * 64),
-                                       *body(_zeros(L))],
+    "checksum mismatch": lambda t, L: [
+        header(t, _zeros(L), L, sha256="0" * 64),
+        *body(_zeros(L)),
+    ],
     "truncated stream": lambda t, L: [header(t, _zeros(L), L), *body(_zeros(L)[:-4])],
     "second header": lambda t, L: [header(t, _zeros(L), L), header(t, _zeros(L), L)],
     "oversize declared": lambda t, L: [header(t, _zeros(L), L, total_bytes=10**9)],
-    "wrong byte count": lambda t, L: [header(t, _zeros(L)[:-8], L), *body(_zeros(L)[:-8])],
-    "wrong layout": lambda t, L: [header(t, _zeros(L), _wrong_layout(L)), *body(_zeros(L))],
+    "wrong byte count": lambda t, L: [
+        header(t, _zeros(L)[:-8], L),
+        *body(_zeros(L)[:-8]),
+    ],
+    "wrong layout": lambda t, L: [
+        header(t, _zeros(L), _wrong_layout(L)),
+        *body(_zeros(L)),
+    ],
     "nan values": lambda t, L: [header(t, _nan(L), L), *body(_nan(L))],
-    "unknown encoding": lambda t, L: [header(t, _zeros(L), L, encoding="pickle"),
-                                      *body(_zeros(L))],
-    "negative examples": lambda t, L: [header(t, _zeros(L), L, num_examples=-1),
-                                       *body(_zeros(L))],
+    "unknown encoding": lambda t, L: [
+        header(t, _zeros(L), L, encoding="pickle"),
+        *body(_zeros(L)),
+    ],
+    "negative examples": lambda t, L: [
+        header(t, _zeros(L), L, num_examples=-1),
+        *body(_zeros(L)),
+    ],
 }
 REASONS = {
-    "no header": "must start with a header", "checksum mismatch": "checksum",
-    "truncated stream": "declared", "second header": "second header",
-    "oversize declared": "exceeds the limit", "wrong byte count": "bytes",
-    "wrong layout": "layout", "nan values": "non-finite",
-    "unknown encoding": "unknown encoding", "negative examples": "num_examples",
+    "no header": "must start with a header",
+    "checksum mismatch": "checksum",
+    "truncated stream": "declared",
+    "second header": "second header",
+    "oversize declared": "exceeds the limit",
+    "wrong byte count": "bytes",
+    "wrong layout": "layout",
+    "nan values": "non-finite",
+    "unknown encoding": "unknown encoding",
+    "negative examples": "num_examples",
 }
 
 
@@ -151,24 +191,38 @@ def test_duplicate_and_late_updates(coordinator: Coordinator) -> None:
 
 
 def test_unknown_client_and_bad_token(coordinator: Coordinator) -> None:
-    stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(f"127.0.0.1:{coordinator.port}"))
+    stub = pb_grpc.CoordinatorStub(
+        grpc.insecure_channel(f"127.0.0.1:{coordinator.port}")
+    )
     with pytest.raises(grpc.RpcError) as info:
-        stub.GetTask(pb.GetTaskRequest(), metadata=(("x-fedplat-client", "nobody"),
-                                                    ("x-fedplat-token", "x")), timeout=5)
+        stub.GetTask(
+            pb.GetTaskRequest(),
+            metadata=(("x-fedplat-client", "nobody"), ("x-fedplat-token", "x")),
+            timeout=5,
+        )
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
     c = RawClient(f"127.0.0.1:{coordinator.port}", "c", coordinator.engine.layout)
     with pytest.raises(grpc.RpcError) as info:
-        stub.GetTask(pb.GetTaskRequest(), metadata=(c.md[0], ("x-fedplat-token", "forged")),
-                     timeout=5)
+        stub.GetTask(
+            pb.GetTaskRequest(),
+            metadata=(c.md[0], ("x-fedplat-token", "forged")),
+            timeout=5,
+        )
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_enrolment_with_wrong_model_is_refused(coordinator: Coordinator) -> None:
-    stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(f"127.0.0.1:{coordinator.port}"))
+    stub = pb_grpc.CoordinatorStub(
+        grpc.insecure_channel(f"127.0.0.1:{coordinator.port}")
+    )
     wrong = _wrong_layout(coordinator.engine.layout)
     with pytest.raises(grpc.RpcError) as info:
-        stub.Enroll(pb.EnrollRequest(name="x", num_examples=1,
-                                     layout=serde.layout_to_proto(wrong)), timeout=5)
+        stub.Enroll(
+            pb.EnrollRequest(
+                name="x", num_examples=1, layout=serde.layout_to_proto(wrong)
+            ),
+            timeout=5,
+        )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "layout does not match" in info.value.details()
     assert "shape" in info.value.details()

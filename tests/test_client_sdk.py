@@ -1,4 +1,4 @@
-"""Client SDK: backoff, middleware chain, reconnect to a late or restarted coordinator."""
+"""Client SDK: backoff, middleware, reconnect to a late or restarted coordinator."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ from pathlib import Path
 
 import torch
 from conftest import free_port, run_config, wait_for
-
-from fedplat.client import Backoff, ByteCounter, Client, ClipNorm, FitResult, OutgoingUpdate
+from fedplat.client import (
+    Backoff,
+    ByteCounter,
+    Client,
+    ClipNorm,
+    FitResult,
+    OutgoingUpdate,
+)
 from fedplat.client.middleware import chain
-from fedplat.models import create_model
 from fedplat.server.app import Coordinator
 from fedplat.server.config import parse_config
+
+from fedplat.models import create_model
 from fedplat.transport.messages import Task, TaskKind, UploadAck
 
 
@@ -36,6 +43,7 @@ def test_middleware_order_and_clipping() -> None:
             ack = send(u)
             seen.append(f"out:{tag}")
             return ack
+
         return mw
 
     sent: list[OutgoingUpdate] = []
@@ -63,15 +71,30 @@ def _client(address: str, name: str, tmp: Path) -> Client:
                 p.add_(0.01)
         return FitResult(5)
 
-    return Client(address, model, train, num_examples=5, name=name, insecure=True,
-                  state_dir=tmp / name, backoff=Backoff(base=0.1, cap=0.5), poll_seconds=1)
+    return Client(
+        address,
+        model,
+        train,
+        num_examples=5,
+        name=name,
+        insecure=True,
+        state_dir=tmp / name,
+        backoff=Backoff(base=0.1, cap=0.5),
+        poll_seconds=1,
+    )
 
 
 def test_client_started_before_coordinator_connects_and_survives_restart(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     port = free_port()
-    raw = run_config(tmp_path, rounds=4, clients=2, address=f"127.0.0.1:{port}",
-                     deadlines={"round_seconds": 20})
+    raw = run_config(
+        tmp_path,
+        rounds=4,
+        clients=2,
+        address=f"127.0.0.1:{port}",
+        deadlines={"round_seconds": 20},
+    )
     clients = [_client(f"127.0.0.1:{port}", f"c{i}", tmp_path) for i in range(2)]
     for c in clients:
         c.start()

@@ -31,8 +31,13 @@ def test_four_client_processes_three_rounds(tmp_path: Path, procs: Procs) -> Non
     assert acc[2] > acc[0] + 0.05, acc
     parts = store.list_participations(run.id)
     assert len(parts) == 12
-    assert all(p.status == "succeeded" and p.bytes_up > 0 and p.bytes_down > 0
-               and p.num_examples > 0 for p in parts)
+    assert all(
+        p.status == "succeeded"
+        and p.bytes_up > 0
+        and p.bytes_down > 0
+        and p.num_examples > 0
+        for p in parts
+    )
     # 1797 digits, 80% train split over 4 partitions
     assert sum(p.num_examples for p in parts if p.round_number == 1) == 1437
     assert len(store.list_clients(run.id)) == 4

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import torch
 from conftest import run_config
-
 from fedplat.client import Client, FitResult
 from fedplat.client.reference import ReferenceSpec, reference_parts
 from fedplat.server.checkpoint import CheckpointError
 from fedplat.server.config import ConfigError, parse_config
 from fedplat.server.engine import RoundEngine
 from fedplat.server.optimizers import ServerOptimizer
+
 from fedplat.sim import VirtualClock, simulate
 from fedplat.store import Store
 from fedplat.transport.inmemory import InMemoryConnection
@@ -27,8 +27,9 @@ def _cfg(tmp: Path, **kw: Any) -> Any:
     return parse_config(run_config(tmp, **kw))
 
 
-def _shift_client(engine: RoundEngine, name: str, value: float,
-                  examples: int = 10) -> Client:
+def _shift_client(
+    engine: RoundEngine, name: str, value: float, examples: int = 10
+) -> Client:
     """A client whose update adds ``value`` to every weight."""
     from fedplat.models import create_model
 
@@ -40,19 +41,37 @@ def _shift_client(engine: RoundEngine, name: str, value: float,
                 p.add_(value)
         return FitResult(examples, {"train_loss": 1.0})
 
-    return Client(None, model, train, num_examples=examples, name=name,
-                  connection_factory=lambda: InMemoryConnection(engine))
+    return Client(
+        None,
+        model,
+        train,
+        num_examples=examples,
+        name=name,
+        connection_factory=lambda: InMemoryConnection(engine),
+    )
 
 
 def test_simulation_learns_on_digits(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=3, clients=4)
 
     def build(i: int, factory: Any) -> Client:
-        p = reference_parts(ReferenceSpec(dataset="digits", model="mlp",
-                                          model_params={"hidden": [64]},
-                                          num_partitions=4, partition_id=i))
-        return Client(None, p.model, p.train, num_examples=p.num_examples,
-                      connection_factory=factory, name=f"c{i}")
+        p = reference_parts(
+            ReferenceSpec(
+                dataset="digits",
+                model="mlp",
+                model_params={"hidden": [64]},
+                num_partitions=4,
+                partition_id=i,
+            )
+        )
+        return Client(
+            None,
+            p.model,
+            p.train,
+            num_examples=p.num_examples,
+            connection_factory=factory,
+            name=f"c{i}",
+        )
 
     res = simulate(cfg, build, 4)
     acc = [r.accuracy for r in res.rounds]
@@ -83,8 +102,7 @@ def test_weighted_fedavg_applies_exact_mean(tmp_path: Path) -> None:
 
 
 def test_straggler_dropped_at_deadline_and_quorum(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, rounds=1, clients=3, quorum=2,
-               deadlines={"round_seconds": 30})
+    cfg = _cfg(tmp_path, rounds=1, clients=3, quorum=2, deadlines={"round_seconds": 30})
     store = Store(cfg.store.url)
     clock = VirtualClock()
     engine = RoundEngine(cfg, store, clock=clock)
@@ -112,13 +130,18 @@ def test_straggler_dropped_at_deadline_and_quorum(tmp_path: Path) -> None:
 
 
 def test_failed_round_is_retried_then_run_fails(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, rounds=1, clients=2, quorum=2,
-               deadlines={"round_seconds": 5, "max_round_attempts": 2})
+    cfg = _cfg(
+        tmp_path,
+        rounds=1,
+        clients=2,
+        quorum=2,
+        deadlines={"round_seconds": 5, "max_round_attempts": 2},
+    )
     store = Store(cfg.store.url)
     clock = VirtualClock()
     engine = RoundEngine(cfg, store, clock=clock)
     clients = [_shift_client(engine, f"c{i}", 0.1) for i in range(2)]
-    for attempt in (1, 2):
+    for _attempt in (1, 2):
         for c in clients:
             c.step(0)
         engine.open_round()
@@ -163,8 +186,9 @@ def test_existing_run_with_other_model_is_refused(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2)
     store = Store(cfg.store.url)
     RoundEngine(cfg, store)
-    other = parse_config(run_config(tmp_path, rounds=1, clients=2,
-                                    model={"params": {"hidden": [32]}}))
+    other = parse_config(
+        run_config(tmp_path, rounds=1, clients=2, model={"params": {"hidden": [32]}})
+    )
     with pytest.raises(ConfigError, match="another model layout"):
         RoundEngine(other, store)
 
@@ -175,12 +199,17 @@ def test_unknown_aggregator_is_a_config_error(tmp_path: Path) -> None:
         RoundEngine(cfg, Store(cfg.store.url))
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"])
+@pytest.mark.parametrize(
+    "name", ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
+)
 def test_server_optimizers_hand_checked(name: str) -> None:
     from fedplat.server.config import ServerOptimizerSection
 
-    opt = ServerOptimizer(ServerOptimizerSection(name=name, lr=0.1, momentum=0.5,
-                                                 beta1=0.9, beta2=0.99, tau=0.01))
+    opt = ServerOptimizer(
+        ServerOptimizerSection(
+            name=name, lr=0.1, momentum=0.5, beta1=0.9, beta2=0.99, tau=0.01
+        )
+    )
     w = torch.zeros(2)
     d = torch.tensor([1.0, -2.0])
     w1 = opt.step(w, d)
@@ -191,9 +220,11 @@ def test_server_optimizers_hand_checked(name: str) -> None:
     else:
         m = 0.1 * d
         v0 = torch.full((2,), 1e-4)
-        v = {"fedadam": 0.99 * v0 + 0.01 * d**2,
-             "fedyogi": v0 - 0.01 * d**2 * torch.sign(v0 - d**2),
-             "fedadagrad": v0 + d**2}[name]
+        v = {
+            "fedadam": 0.99 * v0 + 0.01 * d**2,
+            "fedyogi": v0 - 0.01 * d**2 * torch.sign(v0 - d**2),
+            "fedadagrad": v0 + d**2,
+        }[name]
         expected = 0.1 * m / (v.sqrt() + 0.01)
     assert torch.allclose(w1, expected, atol=1e-6)
     state = opt.state_dict()

@@ -17,20 +17,33 @@ def _store(cfg: dict) -> Store:
     return Store(cfg["store"]["url"], migrate=False)
 
 
-def test_client_killed_mid_round_does_not_stall_past_deadline(tmp_path: Path,
-                                                             procs: Procs) -> None:
+def test_client_killed_mid_round_does_not_stall_past_deadline(
+    tmp_path: Path, procs: Procs
+) -> None:
     deadline = 15.0
-    cfg = run_config(tmp_path, rounds=1, clients=4, quorum=3, min_available=4,
-                     deadlines={"round_seconds": deadline, "liveness_seconds": 5})
+    cfg = run_config(
+        tmp_path,
+        rounds=1,
+        clients=4,
+        quorum=3,
+        min_available=4,
+        deadlines={"round_seconds": deadline, "liveness_seconds": 5},
+    )
     address = cfg["server"]["address"]
     coord = procs.coordinator(write_config(tmp_path, cfg))
     wait_healthy(address, 180)
     # The slow client enrols first, so it is live when round 1 selects all four.
-    slow = procs.start("slow", [str(REPO / "tests/apps/slow_client.py"), address, "600"])
+    slow = procs.start(
+        "slow", [str(REPO / "tests/apps/slow_client.py"), address, "600"]
+    )
     for i in range(3):
         procs.client(address, i, 3)
-    wait_for(lambda: "training started" in procs.log("slow"), 180,
-             "the slow client to start training", procs=procs)
+    wait_for(
+        lambda: "training started" in procs.log("slow"),
+        180,
+        "the slow client to start training",
+        procs=procs,
+    )
     store = _store(cfg)
     run = store.get_run_by_name("test")
     assert run is not None
@@ -52,10 +65,15 @@ def test_client_killed_mid_round_does_not_stall_past_deadline(tmp_path: Path,
     store.close()
 
 
-def test_coordinator_sigkill_restart_resumes_from_last_round(tmp_path: Path,
-                                                            procs: Procs) -> None:
-    cfg = run_config(tmp_path, rounds=5, clients=3,
-                     client_training={"epochs": 3, "batch_size": 16, "lr": 0.1})
+def test_coordinator_sigkill_restart_resumes_from_last_round(
+    tmp_path: Path, procs: Procs
+) -> None:
+    cfg = run_config(
+        tmp_path,
+        rounds=5,
+        clients=3,
+        client_training={"epochs": 3, "batch_size": 16, "lr": 0.1},
+    )
     address = cfg["server"]["address"]
     cfg_path = write_config(tmp_path, cfg)
     coord = procs.coordinator(cfg_path)
@@ -76,8 +94,9 @@ def test_coordinator_sigkill_restart_resumes_from_last_round(tmp_path: Path,
     acc_before = store.get_round(run.id, done_before).accuracy
 
     coord2 = procs.coordinator(cfg_path, name="coordinator-restarted")
-    wait_for(lambda: coord2.poll() is not None, 300, "the resumed run to finish",
-             procs=procs)
+    wait_for(
+        lambda: coord2.poll() is not None, 300, "the resumed run to finish", procs=procs
+    )
     assert coord2.returncode == 0, procs.log("coordinator-restarted")
     for c in clients:  # the same client processes reconnected and finished
         assert c.wait(timeout=60) == 0
@@ -92,5 +111,7 @@ def test_coordinator_sigkill_restart_resumes_from_last_round(tmp_path: Path,
     # the run continued from the stored model (no restart from scratch).
     assert store.get_round(run.id, done_before).accuracy == acc_before
     assert rounds[-1].accuracy > rounds[0].accuracy
-    assert "re-enrolling" in procs.log("client-0") or "unavailable" in procs.log("client-0")
+    assert "re-enrolling" in procs.log("client-0") or "unavailable" in procs.log(
+        "client-0"
+    )
     store.close()

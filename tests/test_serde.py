@@ -52,21 +52,33 @@ def test_model_chunks_roundtrip_and_checks() -> None:
 
 def test_update_chunks_roundtrip() -> None:
     data = np.arange(8, dtype="<f4").tobytes()
-    h = UpdateHeader("t", 1, 4, LAYOUT, len(data), hashlib.sha256(data).hexdigest(),
-                     metrics={"train_loss": 0.5})
+    h = UpdateHeader(
+        "t",
+        1,
+        4,
+        LAYOUT,
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+        metrics={"train_loss": 0.5},
+    )
     h2, d2 = serde.update_from_chunks(serde.update_to_chunks(h, data, 7), max_bytes=100)
     assert h2 == h and d2 == data
 
 
 def test_update_header_validation() -> None:
     with pytest.raises(InvalidArgument, match="not finite"):
-        serde.update_header_from_proto(pb.UpdateHeader(task_id="t",
-                                                       metrics={"x": float("inf")}))
+        serde.update_header_from_proto(
+            pb.UpdateHeader(task_id="t", metrics={"x": float("inf")})
+        )
     with pytest.raises(InvalidArgument, match="task id"):
         serde.update_header_from_proto(pb.UpdateHeader())
     with pytest.raises(InvalidArgument, match="invalid layout"):
-        serde.update_header_from_proto(pb.UpdateHeader(
-            task_id="t", layout=pb.Layout(tensors=[pb.TensorSpec(name="", shape=[1])])))
+        serde.update_header_from_proto(
+            pb.UpdateHeader(
+                task_id="t",
+                layout=pb.Layout(tensors=[pb.TensorSpec(name="", shape=[1])]),
+            )
+        )
     with pytest.raises(InvalidArgument, match="longer than"):
         serde.enroll_request_from_proto(pb.EnrollRequest(name="x" * 1000))
 
@@ -77,7 +89,9 @@ def test_codec_rejects_bad_payloads() -> None:
     with pytest.raises(InvalidArgument, match="needs 16"):
         codec.decode("dense-f32le", good[:-1], 4)
     with pytest.raises(InvalidArgument, match="non-finite"):
-        codec.decode("dense-f32le", np.array([1, np.inf, 0, 0], dtype="<f4").tobytes(), 4)
+        codec.decode(
+            "dense-f32le", np.array([1, np.inf, 0, 0], dtype="<f4").tobytes(), 4
+        )
     with pytest.raises(InvalidArgument, match="unknown encoding"):
         codec.decode("pickle", good, 4)
 

@@ -26,8 +26,14 @@ class Net(torch.nn.Module):
 
 def test_layout_skips_integer_buffers_and_orders_tensors() -> None:
     layout = layout_of(Net())
-    assert layout.names == ["fc.weight", "fc.bias", "bn.weight", "bn.bias",
-                            "bn.running_mean", "bn.running_var"]
+    assert layout.names == [
+        "fc.weight",
+        "fc.bias",
+        "bn.weight",
+        "bn.bias",
+        "bn.running_mean",
+        "bn.running_var",
+    ]
     assert "bn.num_batches_tracked" not in layout.names
     assert layout.numel == 6 + 2 + 2 + 2 + 2 + 2
     assert layout.offsets()[:2] == [(0, 6), (6, 8)]
@@ -85,10 +91,15 @@ def test_mismatch_description_and_fingerprint() -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 4), min_size=0, max_size=3), min_size=1,
-                max_size=5))
+@given(
+    st.lists(
+        st.lists(st.integers(0, 4), min_size=0, max_size=3), min_size=1, max_size=5
+    )
+)
 def test_roundtrip_property(shapes: list[list[int]]) -> None:
-    sd = {f"t{i}": torch.randn(*s) if s else torch.randn(()) for i, s in enumerate(shapes)}
+    sd = {
+        f"t{i}": torch.randn(*s) if s else torch.randn(()) for i, s in enumerate(shapes)
+    }
     layout = layout_of(sd)
     vec = flatten(sd, layout)
     assert vec.numel() == layout.numel

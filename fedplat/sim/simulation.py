@@ -42,16 +42,23 @@ class SimulationResult:
 
     @property
     def final_accuracy(self) -> float | None:
-        done = [r.accuracy for r in self.rounds if r.completed and r.accuracy is not None]
+        done = [
+            r.accuracy for r in self.rounds if r.completed and r.accuracy is not None
+        ]
         return done[-1] if done else None
 
 
 ClientBuilder = Callable[[int, Callable[[], InMemoryConnection]], Client]
 
 
-def simulate(cfg: RunConfig, build_client: ClientBuilder, num_clients: int, *,
-             store: Store | None = None,
-             on_round: Callable[[RoundOutcome], None] | None = None) -> SimulationResult:
+def simulate(
+    cfg: RunConfig,
+    build_client: ClientBuilder,
+    num_clients: int,
+    *,
+    store: Store | None = None,
+    on_round: Callable[[RoundOutcome], None] | None = None,
+) -> SimulationResult:
     """Run ``cfg`` with ``num_clients`` in-process clients until it finishes.
 
     ``build_client(i, connection_factory)`` returns client ``i`` wired to the given
@@ -76,7 +83,8 @@ def simulate(cfg: RunConfig, build_client: ClientBuilder, num_clients: int, *,
             if len(engine.live_clients()) < cfg.selection.min_available:
                 raise RuntimeError(
                     f"only {len(engine.live_clients())} clients live, "
-                    f"min_available is {cfg.selection.min_available}")
+                    f"min_available is {cfg.selection.min_available}"
+                )
             engine.open_round()
             for c in clients:
                 c.step(wait_seconds=0.0)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from fedplat.transport.messages import (
-    EnrollRequest,
     Enrollment,
+    EnrollRequest,
     ModelPayload,
     Task,
     UpdateHeader,
@@ -30,8 +30,9 @@ class Connection(Protocol):
 
     def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck: ...
 
-    def report_metrics(self, task_id: str, round_number: int,
-                       metrics: dict[str, float]) -> None: ...
+    def report_metrics(
+        self, task_id: str, round_number: int, metrics: dict[str, float]
+    ) -> None: ...
 
     def close(self) -> None: ...
 
@@ -41,12 +42,23 @@ class CoordinatorService(Protocol):
 
     def enroll(self, req: EnrollRequest) -> Enrollment: ...
 
-    def get_task(self, client_id: str, token: str, wait_seconds: float = 0.0) -> Task: ...
+    def get_task(
+        self, client_id: str, token: str, wait_seconds: float = 0.0
+    ) -> Task: ...
 
-    def download_model(self, client_id: str, token: str, task_id: str) -> ModelPayload: ...
+    def download_model(
+        self, client_id: str, token: str, task_id: str
+    ) -> ModelPayload: ...
 
-    def upload_update(self, client_id: str, token: str, header: UpdateHeader,
-                      data: bytes) -> UploadAck: ...
+    def upload_update(
+        self, client_id: str, token: str, header: UpdateHeader, data: bytes
+    ) -> UploadAck: ...
 
-    def report_metrics(self, client_id: str, token: str, task_id: str, round_number: int,
-                       metrics: dict[str, float]) -> None: ...
+    def report_metrics(
+        self,
+        client_id: str,
+        token: str,
+        task_id: str,
+        round_number: int,
+        metrics: dict[str, float],
+    ) -> None: ...

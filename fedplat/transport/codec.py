@@ -51,16 +51,20 @@ def _decode_dense(data: bytes, numel: int, params: Mapping[str, str]) -> torch.T
 register_decoder(DENSE_F32, _decode_dense)
 
 
-def decode(encoding: str, data: bytes, numel: int,
-           params: Mapping[str, str] | None = None) -> torch.Tensor:
+def decode(
+    encoding: str, data: bytes, numel: int, params: Mapping[str, str] | None = None
+) -> torch.Tensor:
     """Decode an update's bytes into a finite ``[numel]`` float32 vector."""
     if encoding not in _DECODERS:
         raise InvalidArgument(
-            f"unknown encoding {encoding!r}; supported: {', '.join(available_encodings())}"
+            f"unknown encoding {encoding!r}; "
+            f"supported: {', '.join(available_encodings())}"
         )
     vec = _DECODERS[encoding](data, numel, params or {})
     if vec.shape != (numel,):
-        raise InvalidArgument(f"decoded update has shape {list(vec.shape)}, expected [{numel}]")
+        raise InvalidArgument(
+            f"decoded update has shape {list(vec.shape)}, expected [{numel}]"
+        )
     finite = torch.isfinite(vec)
     if not bool(finite.all()):
         raise InvalidArgument(

@@ -18,8 +18,8 @@ from fedplat.transport.errors import (
     Unavailable,
 )
 from fedplat.transport.messages import (
-    EnrollRequest,
     Enrollment,
+    EnrollRequest,
     ModelPayload,
     Task,
     UpdateHeader,
@@ -47,9 +47,14 @@ def error_from_rpc(exc: grpc.RpcError) -> FedplatError:
     """Map a gRPC error back to the domain error the SDK handles."""
     code = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
-                grpc.StatusCode.INTERNAL, None):
+    if code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        None,
+    ):
         return Unavailable(f"{code.name if code else 'error'}: {details}")
     cls = ERRORS_BY_CODE.get(CODE_BY_STATUS.get(code, ""), FedplatError)
     return cls(details)
@@ -70,15 +75,19 @@ class ChannelOptions:
 
 
 def make_channel(address: str, opts: ChannelOptions) -> grpc.Channel:
-    options = [("grpc.max_send_message_length", opts.max_message_bytes),
-               ("grpc.max_receive_message_length", opts.max_message_bytes),
-               ("grpc.keepalive_time_ms", 30_000),
-               ("grpc.enable_retries", 0)]
+    options = [
+        ("grpc.max_send_message_length", opts.max_message_bytes),
+        ("grpc.max_receive_message_length", opts.max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.enable_retries", 0),
+    ]
     if opts.insecure:
         return grpc.insecure_channel(address, options=options)
-    creds = grpc.ssl_channel_credentials(root_certificates=opts.root_certificates,
-                                         private_key=opts.private_key,
-                                         certificate_chain=opts.certificate_chain)
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=opts.root_certificates,
+        private_key=opts.private_key,
+        certificate_chain=opts.certificate_chain,
+    )
     return grpc.secure_channel(address, creds, options=options)
 
 
@@ -115,36 +124,57 @@ class GrpcConnection:
         e = serde.enrollment_from_proto(resp)
         self._client_id, self._token = e.client_id, e.token
         # Stay below the server's per-message limit whatever we were configured with.
-        self._chunk = max(1024, min(self.opts.chunk_bytes, e.max_message_bytes - 64 * 1024))
+        self._chunk = max(
+            1024, min(self.opts.chunk_bytes, e.max_message_bytes - 64 * 1024)
+        )
         return e
 
     def get_task(self, wait_seconds: float) -> Task:
         md = self._md()
-        resp = self._call(lambda: self.stub.GetTask(
-            pb.GetTaskRequest(wait_seconds=wait_seconds), metadata=md,
-            timeout=wait_seconds + self.opts.rpc_timeout))
+        resp = self._call(
+            lambda: self.stub.GetTask(
+                pb.GetTaskRequest(wait_seconds=wait_seconds),
+                metadata=md,
+                timeout=wait_seconds + self.opts.rpc_timeout,
+            )
+        )
         return serde.task_from_proto(resp)
 
     def download_model(self, task_id: str) -> ModelPayload:
         md = self._md()
-        return self._call(lambda: serde.model_from_chunks(
-            self.stub.DownloadModel(pb.DownloadRequest(task_id=task_id), metadata=md,
-                                    timeout=self.opts.rpc_timeout),
-            self.opts.max_model_bytes))
+        return self._call(
+            lambda: serde.model_from_chunks(
+                self.stub.DownloadModel(
+                    pb.DownloadRequest(task_id=task_id),
+                    metadata=md,
+                    timeout=self.opts.rpc_timeout,
+                ),
+                self.opts.max_model_bytes,
+            )
+        )
 
     def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck:
         md = self._md()
-        resp = self._call(lambda: self.stub.UploadUpdate(
-            serde.update_to_chunks(header, data, self._chunk), metadata=md,
-            timeout=self.opts.rpc_timeout))
+        resp = self._call(
+            lambda: self.stub.UploadUpdate(
+                serde.update_to_chunks(header, data, self._chunk),
+                metadata=md,
+                timeout=self.opts.rpc_timeout,
+            )
+        )
         return serde.upload_ack_from_proto(resp)
 
-    def report_metrics(self, task_id: str, round_number: int,
-                       metrics: dict[str, float]) -> None:
+    def report_metrics(
+        self, task_id: str, round_number: int, metrics: dict[str, float]
+    ) -> None:
         md = self._md()
-        self._call(lambda: self.stub.ReportMetrics(
-            pb.MetricsReport(task_id=task_id, round=round_number, metrics=metrics),
-            metadata=md, timeout=self.opts.rpc_timeout))
+        self._call(
+            lambda: self.stub.ReportMetrics(
+                pb.MetricsReport(task_id=task_id, round=round_number, metrics=metrics),
+                metadata=md,
+                timeout=self.opts.rpc_timeout,
+            )
+        )
 
     def close(self) -> None:
         self.channel.close()

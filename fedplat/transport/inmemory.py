@@ -9,8 +9,8 @@ from __future__ import annotations
 from fedplat.transport.base import CoordinatorService
 from fedplat.transport.errors import Unauthenticated
 from fedplat.transport.messages import (
-    EnrollRequest,
     Enrollment,
+    EnrollRequest,
     ModelPayload,
     Task,
     UpdateHeader,
@@ -43,8 +43,9 @@ class InMemoryConnection:
     def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck:
         return self.service.upload_update(*self._creds(), header, data)
 
-    def report_metrics(self, task_id: str, round_number: int,
-                       metrics: dict[str, float]) -> None:
+    def report_metrics(
+        self, task_id: str, round_number: int, metrics: dict[str, float]
+    ) -> None:
         self.service.report_metrics(*self._creds(), task_id, round_number, metrics)
 
     def close(self) -> None:

@@ -6,8 +6,8 @@ import sys
 import time
 
 import torch
-
 from fedplat.client import Client, FitResult
+
 from fedplat.models import create_model
 
 
