@@ -220,9 +220,15 @@ class CountSketch(_Stateless):
     def desketch(self, s: torch.Tensor, d: int, *, round: int, seed: int
                  ) -> torch.Tensor:
         """Recover ``[d]`` from a sketch ``s`` ``[rows * cols]``."""
-        est = self.row_estimates(s, d, round=round, seed=seed)
         if self.recovery == "linear":
-            return est.mean(dim=0)
+            # Rᵀ s, accumulated row by row: no [rows, d] buffer.
+            table = s.to(torch.float32).reshape(self.rows, self.cols)
+            out = torch.zeros(d, dtype=torch.float32)
+            for j in range(self.rows):
+                buckets, signs = self._hashes(d, seed, round, j)
+                out.addcmul_(table[j][buckets], signs)
+            return out.div_(math.sqrt(self.rows))
+        est = self.row_estimates(s, d, round=round, seed=seed)
         assert self.k is not None
         med = est.median(dim=0).values
         out = torch.zeros(d, dtype=torch.float32)
