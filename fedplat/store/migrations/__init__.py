@@ -1,0 +1,1 @@
+"""Alembic environment of the fedplat store (see :mod:`fedplat.store.schema`)."""

@@ -1,0 +1,1 @@
+"""Schema revisions of the fedplat store, oldest first."""
