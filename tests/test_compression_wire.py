@@ -228,3 +228,13 @@ def test_payload_constructor_validates() -> None:
         Payload("dense", 10, torch.ones(3))
     with pytest.raises(PayloadError, match="float32/float16"):
         Payload("dense", 3, torch.ones(3, dtype=torch.float64))
+
+
+def test_huge_but_finite_values_are_accepted() -> None:
+    # Their float32 sum overflows to Inf: the fast finiteness check must fall
+    # back to the exact one instead of rejecting them.
+    v = torch.tensor([3e38, 3e38, -1.0])
+    assert Payload.from_bytes(dense_payload(v).to_bytes()).values[0] == 3e38
+    with pytest.raises(PayloadError, match="1 non-finite"):
+        Payload.from_bytes(raw(kind=0, codec=0, d=3, n=3,
+                               values=f32(3e38, float("nan"), 1.0)))

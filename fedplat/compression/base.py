@@ -20,7 +20,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 import torch
 
-from fedplat.compression.wire import Payload
+from fedplat.compression.wire import Payload, all_finite
 
 __all__ = [
     "CompressionError",
@@ -108,7 +108,7 @@ def check_vector(vec: torch.Tensor, d: int | None = None) -> torch.Tensor:
         raise CompressionError(f"expected float32, got {vec.dtype}")
     if d is not None and vec.numel() != d:
         raise CompressionError(f"vector has {vec.numel()} entries, expected {d}")
-    if not bool(torch.isfinite(vec).all()):
+    if not all_finite(vec):
         bad = int((~torch.isfinite(vec)).sum())
         raise CompressionError(f"vector holds {bad} non-finite values (NaN or Inf)")
     return vec.detach()
@@ -124,7 +124,7 @@ def state_tensor(state: Mapping[str, StateValue], key: str,
         raise CompressionError(f"state {key!r} must be a 1-D float32 tensor")
     if d is not None and t.numel() != d:
         raise CompressionError(f"state {key!r} has {t.numel()} entries, expected {d}")
-    if not bool(torch.isfinite(t).all()):
+    if not all_finite(t):
         raise CompressionError(f"state {key!r} holds non-finite values")
     return t.detach().clone()
 

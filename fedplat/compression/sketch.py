@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
+import numpy as np
 import torch
 
 from fedplat.compression.base import (
@@ -230,7 +231,10 @@ class CountSketch(_Stateless):
             return out.div_(math.sqrt(self.rows))
         est = self.row_estimates(s, d, round=round, seed=seed)
         assert self.k is not None
-        med = est.median(dim=0).values
+        # Lower median over rows (torch.median's convention), via NumPy's
+        # partition: ~2x faster than torch.median(dim=0) on [rows, d].
+        mid = (self.rows - 1) // 2
+        med = torch.from_numpy(np.partition(est.numpy(), mid, axis=0)[mid].copy())
         out = torch.zeros(d, dtype=torch.float32)
         top = torch.topk(med.abs(), min(self.k, d), sorted=False).indices
         out[top] = med[top]

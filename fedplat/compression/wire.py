@@ -204,7 +204,8 @@ class Payload:
         )
         np_dtype = _DTYPE_BY_CODE[_DTYPE_CODES[self.values.dtype]][1]
         vals = self.values.detach().contiguous().numpy().astype(np_dtype, copy=False)
-        return b"".join((header, vals.tobytes(), self._index_block))
+        # join() reads the array's buffer directly: one copy of the values.
+        return b"".join((header, vals.data.cast("B"), self._index_block))
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, *,
@@ -237,6 +238,18 @@ class Payload:
     def with_values(self, values: torch.Tensor) -> Payload:
         """Same payload with replaced values (e.g. cast to float16, noised)."""
         return replace(self, values=values)
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite, in one allocation-free pass.
+
+    A NaN or Inf entry makes the sum NaN or Inf, so a finite sum proves all
+    entries finite; only a non-finite sum (which may also be an overflow of
+    huge finite values) needs the exact elementwise check.
+    """
+    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
+        return True
+    return bool(torch.isfinite(t).all())
 
 
 def _check_sorted_in_range(idx: np.ndarray, d: int) -> None:
@@ -370,7 +383,7 @@ def _parse(data: bytes, expected_d: int | None,
                            f"{expected_len}")
     arr = np.frombuffer(data, dtype=np_dtype, count=n, offset=HEADER_SIZE)
     values = torch.from_numpy(arr.astype(np_dtype, copy=True)).to(torch_dtype)
-    if not bool(torch.isfinite(values).all()):
+    if not all_finite(values):
         bad = int((~torch.isfinite(values)).sum())
         raise PayloadError(f"payload holds {bad} non-finite values (NaN or Inf)")
 
