@@ -90,6 +90,8 @@ class _DenseSketch(_Stateless):
         self.b = b
 
     def _chunk(self, g: torch.Generator, width: int) -> torch.Tensor:
+        """Columns of ``sqrt(b) R``: unit-scale entries; the ``1/sqrt(b)`` is
+        applied to the ``[b]`` / ``[d]`` vectors instead of the matrix."""
         raise NotImplementedError
 
     def _chunks(self, d: int, seed: int, round: int
@@ -107,7 +109,8 @@ class _DenseSketch(_Stateless):
 
     def matrix(self, d: int, *, round: int, seed: int) -> torch.Tensor:
         """The full ``R`` ``[b, d]`` (tests and small ``d`` only)."""
-        return torch.cat([blk for _, _, blk in self._chunks(d, seed, round)], dim=1)
+        blocks = [blk for _, _, blk in self._chunks(d, seed, round)]
+        return torch.cat(blocks, dim=1).div_(math.sqrt(self.b))
 
     def encode(self, vec: torch.Tensor, *, round: int, seed: int) -> Payload:
         """``vec`` ``[d]`` -> sketch payload ``R vec`` ``[b]``."""
@@ -115,13 +118,14 @@ class _DenseSketch(_Stateless):
         s = torch.zeros(self.b, dtype=torch.float32)
         for a, e, blk in self._chunks(h.numel(), seed, round):
             s.addmv_(blk, h[a:e])
+        s.div_(math.sqrt(self.b))
         return sketch_payload(SketchSpec(self.method, 1, self.b, seed, round),
                               h.numel(), s)
 
     def desketch(self, s: torch.Tensor, d: int, *, round: int, seed: int
                  ) -> torch.Tensor:
         """``Rᵀ s`` ``[d]`` for a sketch ``s`` ``[b]``."""
-        s = s.to(torch.float32).reshape(-1)
+        s = s.to(torch.float32).reshape(-1) / math.sqrt(self.b)
         out = torch.empty(d, dtype=torch.float32)
         for a, e, blk in self._chunks(d, seed, round):
             torch.mv(blk.t(), s, out=out[a:e])
@@ -140,7 +144,7 @@ class GaussianSketch(_DenseSketch):
     method: SketchMethod = "gaussian"
 
     def _chunk(self, g: torch.Generator, width: int) -> torch.Tensor:
-        return torch.randn(self.b, width, generator=g).div_(math.sqrt(self.b))
+        return torch.randn(self.b, width, generator=g)
 
 
 class AMSSketch(_DenseSketch):
@@ -149,8 +153,8 @@ class AMSSketch(_DenseSketch):
     method: SketchMethod = "ams"
 
     def _chunk(self, g: torch.Generator, width: int) -> torch.Tensor:
-        bits = torch.randint(0, 2, (self.b, width), generator=g, dtype=torch.int8)
-        return bits.to(torch.float32).mul_(2.0).sub_(1.0).div_(math.sqrt(self.b))
+        bits = torch.empty(self.b, width).bernoulli_(0.5, generator=g)
+        return bits.mul_(2.0).sub_(1.0)
 
 
 class CountSketch(_Stateless):
@@ -187,11 +191,16 @@ class CountSketch(_Stateless):
 
     def _hashes(self, d: int, seed: int, round: int, j: int
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Row ``j``'s buckets (int64 ``[d]``) and signs (float32 ``[d]``)."""
+        """Row ``j``'s buckets (int64 ``[d]``) and signs (float32 ``[d]``).
+
+        One uniform draw ``r`` in ``[0, 2 cols)`` per coordinate gives both the
+        bucket ``r // 2`` and the sign bit ``r % 2``, independent and uniform:
+        half the generator calls of two separate draws.
+        """
         g = make_generator(seed, round, "count", self.rows, self.cols, d, j)
-        buckets = torch.randint(0, self.cols, (d,), generator=g)
-        signs = torch.randint(0, 2, (d,), generator=g, dtype=torch.int8)
-        return buckets, signs.to(torch.float32).mul_(2.0).sub_(1.0)
+        r = torch.randint(0, 2 * self.cols, (d,), generator=g)
+        signs = torch.bitwise_and(r, 1).to(torch.float32).mul_(2.0).sub_(1.0)
+        return r.bitwise_right_shift_(1), signs
 
     def encode(self, vec: torch.Tensor, *, round: int, seed: int) -> Payload:
         """``vec`` ``[d]`` -> sketch payload ``[rows * cols]`` (row-major)."""
