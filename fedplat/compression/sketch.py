@@ -153,8 +153,10 @@ class AMSSketch(_DenseSketch):
     method: SketchMethod = "ams"
 
     def _chunk(self, g: torch.Generator, width: int) -> torch.Tensor:
-        bits = torch.empty(self.b, width).bernoulli_(0.5, generator=g)
-        return bits.mul_(2.0).sub_(1.0)
+        # int8 draws: ~2x faster than bernoulli_ here, and exactly ±1 (unlike
+        # randn().sign(), which could give 0).
+        bits = torch.randint(0, 2, (self.b, width), generator=g, dtype=torch.int8)
+        return bits.to(torch.float32).mul_(2.0).sub_(1.0)
 
 
 class CountSketch(_Stateless):
@@ -193,14 +195,13 @@ class CountSketch(_Stateless):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Row ``j``'s buckets (int64 ``[d]``) and signs (float32 ``[d]``).
 
-        One uniform draw ``r`` in ``[0, 2 cols)`` per coordinate gives both the
-        bucket ``r // 2`` and the sign bit ``r % 2``, independent and uniform:
-        half the generator calls of two separate draws.
+        Fully random hashes (rather than a pairwise-independent family) drawn
+        from the row's derived seed: they make ``E[RᵀR] = I`` hold exactly.
         """
         g = make_generator(seed, round, "count", self.rows, self.cols, d, j)
-        r = torch.randint(0, 2 * self.cols, (d,), generator=g)
-        signs = torch.bitwise_and(r, 1).to(torch.float32).mul_(2.0).sub_(1.0)
-        return r.bitwise_right_shift_(1), signs
+        buckets = torch.randint(0, self.cols, (d,), generator=g)
+        signs = torch.randint(0, 2, (d,), generator=g, dtype=torch.int8)
+        return buckets, signs.to(torch.float32).mul_(2.0).sub_(1.0)
 
     def encode(self, vec: torch.Tensor, *, round: int, seed: int) -> Payload:
         """``vec`` ``[d]`` -> sketch payload ``[rows * cols]`` (row-major)."""
