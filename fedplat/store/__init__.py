@@ -1,4 +1,5 @@
-"""Persistence of fedplat: runs, clients, rounds, participations, metrics, events.
+"""Persistence of fedplat: runs, clients, rounds, participations, metrics, events
+and the contribution ledger.
 
 SQLite by default (a plain path), PostgreSQL (or any SQLAlchemy database) by URL.
 The coordinator writes through :class:`Store`; the monitor opens the same database
@@ -9,6 +10,10 @@ Alembic (:func:`migrate`).
 from fedplat.store.records import (
     ClientRecord,
     EventRecord,
+    LedgerEntryLike,
+    LedgerEntryRecord,
+    LedgerHeadLike,
+    LedgerHeadRecord,
     MetricRecord,
     ParticipationRecord,
     RoundRecord,
@@ -39,6 +44,10 @@ __all__ = [
     "ClientStatus",
     "EventLevel",
     "EventRecord",
+    "LedgerEntryLike",
+    "LedgerEntryRecord",
+    "LedgerHeadLike",
+    "LedgerHeadRecord",
     "MetricRecord",
     "ParticipationRecord",
     "ParticipationStatus",

@@ -276,11 +276,63 @@ class Event(Base):
     created_at: Mapped[datetime]
 
 
+class LedgerEntry(Base):
+    """One entry of a run's contribution ledger (append-only, hash-chained).
+
+    ``payload_json`` is the canonical JSON the entry's hash is computed over; it
+    repeats ``seq``, ``round_number``, ``client_id`` and ``prev_hash``, which are
+    copied into columns only for querying. The chain rules live in
+    :mod:`fedplat.contribution.ledger`; the store only keeps the rows in order.
+    """
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (
+        # The chain order; its index also serves "entries of a run, in order".
+        UniqueConstraint("run_id", "seq"),
+        CheckConstraint("seq >= 1", name="seq_positive"),
+        # The monitor's client view: one client's ledger across rounds.
+        Index("ix_ledger_entries_run_id_client_id", "run_id", "client_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(
+        String(ID_LEN), ForeignKey("runs.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    round_number: Mapped[int] = mapped_column(Integer)
+    client_id: Mapped[str] = mapped_column(String(ID_LEN))
+    payload_json: Mapped[str] = mapped_column(Text)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    entry_hash: Mapped[str] = mapped_column(String(64))
+    # Ed25519 signature of the entry hash (hex); NULL when the run has no key.
+    signature: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+
+
+class LedgerHead(Base):
+    """The signed head of a run's ledger: last ``seq``, its hash, the public key."""
+
+    __tablename__ = "ledger_heads"
+    __table_args__ = (CheckConstraint("seq >= 0", name="seq_nonneg"),)
+
+    run_id: Mapped[str] = mapped_column(
+        String(ID_LEN), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    head_hash: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[str | None] = mapped_column(String(128))
+    public_key_pem: Mapped[str | None] = mapped_column(Text)
+    key_id: Mapped[str | None] = mapped_column(String(64))
+    updated_at: Mapped[datetime]
+
+
 __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "Client",
     "Event",
+    "LedgerEntry",
+    "LedgerHead",
     "Metric",
     "Participation",
     "Round",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +116,80 @@ class EventRecord:
     created_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerEntryRecord:
+    """One stored entry of a run's contribution ledger, as written.
+
+    ``payload_json`` is returned byte for byte as stored (not decoded): the
+    entry's hash is computed over exactly this text.
+    """
+
+    id: int
+    run_id: str
+    seq: int
+    round_number: int
+    client_id: str
+    payload_json: str
+    prev_hash: str
+    entry_hash: str
+    signature: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerHeadRecord:
+    """The stored, signed head of a run's ledger (``seq`` 0: empty ledger)."""
+
+    run_id: str
+    seq: int
+    head_hash: str
+    signature: str | None
+    public_key_pem: str | None
+    key_id: str | None
+    updated_at: datetime
+
+
+class LedgerEntryLike(Protocol):
+    """What :meth:`fedplat.store.Store.append_ledger` needs of a new entry."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def round_number(self) -> int: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def payload_json(self) -> str: ...
+    @property
+    def prev_hash(self) -> str: ...
+    @property
+    def entry_hash(self) -> str: ...
+    @property
+    def signature(self) -> str | None: ...
+
+
+class LedgerHeadLike(Protocol):
+    """What :meth:`fedplat.store.Store.append_ledger` needs of the new head."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def head_hash(self) -> str: ...
+    @property
+    def signature(self) -> str | None: ...
+    @property
+    def public_key_pem(self) -> str | None: ...
+    @property
+    def key_id(self) -> str | None: ...
+
+
 __all__ = [
     "ClientRecord",
     "EventRecord",
+    "LedgerEntryLike",
+    "LedgerEntryRecord",
+    "LedgerHeadLike",
+    "LedgerHeadRecord",
     "MetricRecord",
     "ParticipationRecord",
     "RoundRecord",
