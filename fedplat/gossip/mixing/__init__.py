@@ -1,0 +1,64 @@
+"""Gossip mixing maths: pure functions over ``[n, n]`` weights and ``[n, d]`` models.
+
+No network, no store, no protobuf: the simulation applies these to the whole
+stacked model matrix, a real peer applies the ``*_row`` forms to its own model and
+the ones it received. ``tests/test_packaging.py`` keeps this package pure.
+"""
+
+from typing import Literal, get_args
+
+from fedplat.gossip.mixing.consensus import consensus_distance
+from fedplat.gossip.mixing.noloco import (
+    NoLoCoState,
+    noloco_outer_step,
+    pair_average,
+    random_pairs,
+)
+from fedplat.gossip.mixing.pushsum import (
+    PushSumShare,
+    PushSumState,
+    push_sum_estimate,
+    push_sum_matrix,
+    push_sum_share,
+    push_sum_step,
+)
+from fedplat.gossip.mixing.weights import (
+    check_adjacency,
+    data_weighted,
+    data_weighted_row,
+    metropolis_hastings,
+    metropolis_hastings_row,
+    mix,
+    mix_row,
+    uniform,
+    uniform_row,
+)
+
+#: Names accepted by ``mixing.rule`` in scenarios and by ``fedplat gossip node``.
+Rule = Literal["metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"]
+RULES: tuple[str, ...] = get_args(Rule)
+
+__all__ = [
+    "RULES",
+    "NoLoCoState",
+    "PushSumShare",
+    "PushSumState",
+    "Rule",
+    "check_adjacency",
+    "consensus_distance",
+    "data_weighted",
+    "data_weighted_row",
+    "metropolis_hastings",
+    "metropolis_hastings_row",
+    "mix",
+    "mix_row",
+    "noloco_outer_step",
+    "pair_average",
+    "push_sum_estimate",
+    "push_sum_matrix",
+    "push_sum_share",
+    "push_sum_step",
+    "random_pairs",
+    "uniform",
+    "uniform_row",
+]

@@ -1,0 +1,349 @@
+"""Declarative gossip scenarios: topology, data, training, mixing and disruptions.
+
+A scenario file (YAML ``.yaml``/``.yml`` or TOML ``.toml``) drives both the
+in-process simulation (:mod:`fedplat.gossip.sim`) and a real multi-process run
+(:mod:`fedplat.gossip.launcher`, where removing a node kills its process). Unknown
+keys are rejected and every error names the offending field. Example::
+
+    name: ba-hubs
+    rounds: 60
+    seed: 0
+    topology: {kind: barabasi_albert, n: 100, m: 2}
+    data: {dataset: fashion_mnist, partition: iid}
+    model: {name: mlp, params: {hidden: [64]}}
+    training: {epochs: 1, batch_size: 32, lr: 0.05}
+    mixing: {rule: decavg}
+    events:
+      - {round: 20, action: remove_nodes, target: {by: degree, fraction: 0.1}}
+      - {round: 30, action: partition, parts: 2}
+      - {round: 40, action: heal}
+      - {round: 45, action: rejoin, nodes: removed}
+
+Timing: rounds are numbered ``1 .. rounds``; an event at ``round: r`` happens
+*after* round ``r`` has finished and before round ``r + 1`` starts (``r = 0``:
+before the first round). Battery deaths fire at ``round + lifetime``.
+
+Actions:
+
+* ``remove_nodes`` - ``nodes: [..]`` or ``target: {by: degree|betweenness|random,
+  fraction|count}`` (top nodes of the graph as it is at that round);
+  ``with_data: false`` makes the chosen nodes relay-only *from the start* (they
+  never hold data, so the selection uses the initial graph), which separates the
+  loss of connectivity from the loss of data (Palmieri et al. 2023);
+* ``cut_links`` - ``edges: [[u, v], ..]`` or ``target: {by: random, fraction|count}``;
+* ``heal_links`` - ``edges`` (default: every link cut by ``cut_links``);
+* ``partition`` - ``groups: [[..], [..]]`` or ``parts: k`` with ``method: ids``
+  (contiguous id ranges) or ``geometric`` (vertical strips of a random
+  geometric graph); links between groups are cut;
+* ``heal`` - restore the links cut by partitions;
+* ``battery`` - ``nodes``/``target`` die ``lifetime`` rounds after ``round``;
+* ``rejoin`` - ``nodes: [..]`` or ``removed`` (every removed node) come back with
+  their data and links and catch up from their neighbours.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import networkx as nx
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedplat.gossip.mixing import Rule
+from fedplat.gossip.topology import TopologyError, TopologyKind, build_topology
+
+__all__ = [
+    "Event",
+    "Scenario",
+    "ScenarioError",
+    "load_scenario",
+    "parse_scenario",
+]
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing, unreadable or invalid; the message says where."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopologySpec(BaseModel):
+    """``kind`` plus the builder's parameters (checked by building the graph)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: TopologyKind
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class DataSpec(_Strict):
+    dataset: str = "digits"
+    partition: Literal["iid", "dirichlet", "shards", "label_sorted"] = "iid"
+    alpha: float | None = Field(default=None, gt=0)
+    shards_per_client: int | None = Field(default=None, ge=1)
+    # Evaluate each node on this many test examples per round (None: whole split).
+    test_examples: int | None = Field(default=None, ge=1)
+    # The final evaluation (last round) uses this many (None: whole split).
+    final_test_examples: int | None = Field(default=None, ge=1)
+
+
+class ModelSpec(_Strict):
+    name: str = "mlp"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainingSpec(_Strict):
+    epochs: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.05, gt=0)
+    max_steps: int | None = Field(default=None, ge=1)
+
+
+class MixingSpec(_Strict):
+    rule: Rule = "decavg"
+    # NoLoCo only: use the paper's outer step (momentum + consensus pull) instead
+    # of plain pairwise averaging.
+    outer_step: bool = False
+    alpha: float = Field(default=0.7, gt=0)
+    beta: float = Field(default=0.5, ge=0, lt=1)
+
+
+class LinkSpec(_Strict):
+    """How models travel on links: a :mod:`fedplat.compression` compressor."""
+
+    compressor: str = "identity"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvalSpec(_Strict):
+    every: int = Field(default=1, ge=1)
+
+
+class Target(_Strict):
+    """Which nodes or links: the top ``fraction``/``count`` by centrality, or random."""
+
+    by: Literal["degree", "betweenness", "random"]
+    fraction: float | None = Field(default=None, gt=0, le=1)
+    count: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Target:
+        if (self.fraction is None) == (self.count is None):
+            raise ValueError("give exactly one of fraction and count")
+        return self
+
+    def size(self, population: int) -> int:
+        """How many of ``population`` items are chosen (fractions round to nearest)."""
+        if self.count is not None:
+            return min(self.count, population)
+        assert self.fraction is not None
+        return min(population, round(self.fraction * population))
+
+
+Edge = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
+class _EventBase(_Strict):
+    round: int = Field(ge=0)
+
+
+class _NodeChoice(_EventBase):
+    nodes: list[int] | None = None
+    target: Target | None = None
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> _NodeChoice:
+        if (self.nodes is None) == (self.target is None):
+            raise ValueError("give exactly one of nodes and target")
+        return self
+
+
+class RemoveNodes(_NodeChoice):
+    action: Literal["remove_nodes"]
+    with_data: bool = True
+
+
+class Battery(_NodeChoice):
+    action: Literal["battery"]
+    lifetime: int = Field(ge=1)
+
+
+class CutLinks(_EventBase):
+    action: Literal["cut_links"]
+    edges: list[Edge] | None = None
+    target: Target | None = None
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> CutLinks:
+        if (self.edges is None) == (self.target is None):
+            raise ValueError("give exactly one of edges and target")
+        if self.target is not None and self.target.by != "random":
+            raise ValueError("links can only be targeted at random (by: random)")
+        return self
+
+
+class HealLinks(_EventBase):
+    action: Literal["heal_links"]
+    edges: list[Edge] | None = None
+
+
+class Partition(_EventBase):
+    action: Literal["partition"]
+    groups: list[list[int]] | None = None
+    parts: int | None = Field(default=None, ge=2)
+    method: Literal["ids", "geometric"] = "ids"
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> Partition:
+        if (self.groups is None) == (self.parts is None):
+            raise ValueError("give exactly one of groups and parts")
+        return self
+
+
+class Heal(_EventBase):
+    action: Literal["heal"]
+
+
+class Rejoin(_EventBase):
+    action: Literal["rejoin"]
+    nodes: list[int] | Literal["removed"] = "removed"
+
+
+Event = Annotated[
+    RemoveNodes | Battery | CutLinks | HealLinks | Partition | Heal | Rejoin,
+    Field(discriminator="action"),
+]
+
+
+class Scenario(_Strict):
+    """A validated scenario (see the module docstring for the file format)."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
+    rounds: int = Field(ge=1, le=1_000_000)
+    seed: int = 0
+    topology: TopologySpec
+    data: DataSpec = Field(default_factory=DataSpec)
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    mixing: MixingSpec = Field(default_factory=MixingSpec)
+    links: LinkSpec = Field(default_factory=LinkSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    events: list[Event] = Field(default_factory=list)
+
+    def graph(self) -> nx.Graph:
+        """The initial communication graph (nodes ``0 .. n-1``)."""
+        return build_topology(self.topology.kind, seed=self.seed,
+                              **self.topology.params)
+
+    def to_config(self) -> dict[str, Any]:
+        """JSON-able form (what the store keeps as the run's config)."""
+        return self.model_dump(mode="json")
+
+
+def _check_against_graph(s: Scenario, g: nx.Graph) -> list[str]:
+    """Errors that need the graph: unknown node ids, edges that do not exist."""
+    n = g.number_of_nodes()
+    errors: list[str] = []
+
+    def nodes_ok(where: str, nodes: list[int]) -> None:
+        bad = sorted({v for v in nodes if not 0 <= v < n})
+        if bad:
+            errors.append(f"{where}: nodes {bad} do not exist (valid: 0..{n - 1})")
+        if len(set(nodes)) != len(nodes):
+            errors.append(f"{where}: a node is listed twice")
+
+    for i, ev in enumerate(s.events):
+        where = f"events.{i} ({ev.action})"
+        if ev.round >= s.rounds:
+            errors.append(
+                f"{where}: round {ev.round} is not before the last round "
+                f"{s.rounds} (events happen after round r, 0 <= r < rounds)"
+            )
+        if isinstance(ev, RemoveNodes | Battery) and ev.nodes is not None:
+            nodes_ok(where, ev.nodes)
+        if isinstance(ev, Rejoin) and ev.nodes != "removed":
+            nodes_ok(where, list(ev.nodes))
+        if isinstance(ev, CutLinks | HealLinks) and ev.edges is not None:
+            for u, v in ev.edges:
+                if not g.has_edge(u, v):
+                    errors.append(f"{where}: link {[u, v]} is not in the topology")
+        if isinstance(ev, Partition):
+            if ev.groups is not None:
+                flat = [v for grp in ev.groups for v in grp]
+                nodes_ok(where, flat)
+                missing = sorted(set(range(n)) - set(flat))
+                if missing:
+                    errors.append(
+                        f"{where}: groups must cover every node; missing "
+                        f"{missing[:10]}"
+                    )
+            elif ev.parts is not None and ev.parts > n:
+                errors.append(f"{where}: {ev.parts} parts for {n} nodes")
+            if ev.method == "geometric" and ev.parts is not None and not all(
+                "pos" in g.nodes[v] for v in g.nodes
+            ):
+                errors.append(
+                    f"{where}: method geometric needs a random_geometric topology"
+                )
+    return errors
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate a mapping (parsed YAML/TOML) into a :class:`Scenario`.
+
+    Raises
+    ------
+    ScenarioError
+        Listing every invalid field as ``location: message``.
+    """
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario {source} must hold a mapping at the top level")
+    try:
+        s = Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"invalid scenario {source}:"]
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {err['msg']}")
+        raise ScenarioError("\n".join(lines)) from None
+    try:
+        g = s.graph()
+    except TopologyError as exc:
+        raise ScenarioError(f"invalid scenario {source}:\n  topology: {exc}") from None
+    errors = _check_against_graph(s, g)
+    if errors:
+        raise ScenarioError(
+            "\n".join([f"invalid scenario {source}:", *(f"  {e}" for e in errors)])
+        )
+    return s
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read and validate a ``.yaml``/``.yml``/``.toml`` scenario file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"scenario file {p} does not exist")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ScenarioError(f"scenario file {p}: use .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ScenarioError(f"cannot parse {p}: {exc}") from exc
+    return parse_scenario(data, str(p))
+
+
+#: Event actions, for help texts.
+ACTIONS = (
+    "remove_nodes", "battery", "cut_links", "heal_links", "partition", "heal", "rejoin"
+)
