@@ -363,6 +363,51 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- monitor
+def cmd_monitor(args: argparse.Namespace) -> int:
+    """Serve the Streamlit monitor (``fedplat.ui``) on a store, read-only."""
+    import importlib.util
+
+    if importlib.util.find_spec("streamlit") is None:
+        print(
+            "fedplat: the monitor needs the ui extra: pip install 'fedplat[ui]'",
+            file=sys.stderr,
+        )
+        return 2
+    from fedplat.ui import APP_PATH, DB_ENV, REFRESH_ENV, display_url
+
+    # The URL travels in the environment, not argv: a PostgreSQL password would
+    # otherwise be visible to every user through ps.
+    env = {**os.environ, DB_ENV: args.db, REFRESH_ENV: str(args.refresh)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP_PATH),
+        "--server.headless",
+        "true",
+        "--server.address",
+        args.address,
+        "--server.port",
+        str(args.port),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    proc = subprocess.Popen(cmd, env=env)
+
+    def _forward(signum: int, frame: Any) -> None:
+        proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    print(
+        f"monitor on http://{args.address}:{args.port} (store {display_url(args.db)})",
+        flush=True,
+    )
+    return proc.wait()
+
+
 # ---------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedplat", description=__doc__)
@@ -425,6 +470,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workdir", default="runs/demo")
     d.add_argument("--output", default="bench/results/demo.json")
     d.set_defaults(func=cmd_demo)
+
+    m = sub.add_parser("monitor", help="web monitor of a store (Streamlit, read-only)")
+    m.add_argument("--db", required=True, help="store URL or SQLite path")
+    m.add_argument("--port", type=int, default=8501)
+    m.add_argument("--address", default="127.0.0.1", help="interface to bind")
+    m.add_argument(
+        "--refresh", type=float, default=3.0, help="seconds between live refreshes"
+    )
+    m.set_defaults(func=cmd_monitor)
     return p
 
 
