@@ -7,8 +7,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := dataset-fashion-mnist postgresql
-EXTRAS ?= dev,postgres
+APT_PACKAGES := dataset-fashion-mnist postgresql chromium podman buildah runc debootstrap
+EXTRAS ?= dev,postgres,ui
 
 .PHONY: setup system-deps venv demo test lint proto clean
 

@@ -1,1 +1,33 @@
-"""fedplat."""
+"""The fedplat monitor: a read-only Streamlit client of the store.
+
+Start it with ``fedplat monitor --db URL`` (the ``ui`` extra installs Streamlit
+and Altair). :mod:`fedplat.ui.data` shapes store records into frames,
+:mod:`fedplat.ui.charts` draws them, and ``app.py`` with ``pages/`` is the app.
+This module imports neither Streamlit nor pandas, so the CLI can use it cheaply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The Streamlit entry script (``streamlit run`` this file).
+APP_PATH = Path(__file__).resolve().parent / "app.py"
+#: Database URL (or SQLite path) of the store; ``fedplat monitor --db`` sets it.
+DB_ENV = "FEDPLAT_MONITOR_DB"
+#: Seconds between refreshes of live panels; ``fedplat monitor --refresh`` sets it.
+REFRESH_ENV = "FEDPLAT_MONITOR_REFRESH"
+
+
+def display_url(url: str) -> str:
+    """The store URL with any password masked, for logs and the sidebar."""
+    if "://" not in url:  # a SQLite path holds no secret
+        return url
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # malformed: opening it reports the error; hide it all
+        return "<unparsable URL>"
+
+
+__all__ = ["APP_PATH", "DB_ENV", "REFRESH_ENV", "display_url"]

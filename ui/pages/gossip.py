@@ -1,0 +1,136 @@
+"""Gossip: the topology with dead nodes and cut links, per-node accuracy, consensus
+distance and connected components, at any round picked on a slider."""
+
+from __future__ import annotations
+
+import streamlit as st
+from fedplat.ui import charts, common, data
+
+from fedplat.store import StoreError
+
+
+def _body(url: str, run_id: str) -> None:
+    run = common.load_run(url, run_id)
+    if run is None:
+        st.warning("This run is no longer in the store.")
+        return
+    st.markdown(f"## {run.name} {common.status_badge(run.status)}")
+    topo = data.gossip_topology(run)
+    if topo is None:
+        st.warning(
+            "This run's config has no `topology` (`nodes` and `edges`), so the "
+            "graph cannot be drawn."
+        )
+        return
+    metrics = common.load_metrics(url, run_id)
+    events = common.load_gossip_events(url, run_id)
+    last = data.gossip_rounds(run, metrics)
+    if last < 1:
+        st.info(
+            f"The graph has {len(topo.nodes)} nodes and {len(topo.edges)} links; "
+            "no round has finished yet."
+        )
+        round_number = 1
+    else:
+        follow = st.toggle("Follow the latest round", value=True, key="gossip_follow")
+        if follow or last == 1:
+            round_number = last
+            st.caption(f"Showing round {last} (latest).")
+        else:
+            round_number = st.slider(
+                "Round", min_value=1, max_value=last, value=last, key="gossip_round"
+            )
+    state = data.graph_state(events, round_number)
+    accuracy = data.node_accuracy_at(metrics, round_number)
+    nodes, edges = data.gossip_graph_frames(topo, state, accuracy)
+
+    comps = data.round_series(metrics, "gossip.components")
+    at_round = comps[comps["round"] == round_number]["value"]
+    n_comp = (
+        int(at_round.iloc[-1]) if len(at_round) else data.live_components(topo, state)
+    )
+    live_acc = [
+        accuracy[n] for n in topo.nodes if n in accuracy and n not in state.dead
+    ]
+    cols = st.columns(5)
+    cols[0].metric("Round", f"{round_number} / {run.total_rounds}")
+    cols[1].metric(
+        "Live nodes", f"{len(topo.nodes) - len(state.dead)} / {len(topo.nodes)}"
+    )
+    cols[2].metric("Cut links", len(state.cut))
+    cols[3].metric("Components", n_comp)
+    cols[4].metric(
+        "Mean accuracy (live)",
+        f"{sum(live_acc) / len(live_acc):.2%}" if live_acc else "-",
+    )
+
+    left, right = st.columns([3, 2])
+    with left:
+        st.altair_chart(charts.gossip_graph_chart(nodes, edges), width="stretch")
+        st.caption(
+            "Grey crosses: dead nodes. Dashed red: cut links. Dotted grey: "
+            f"links to dead nodes. Graph as used during round {round_number}."
+        )
+    with right:
+        st.markdown("**Per-node accuracy**")
+        if not accuracy:
+            st.info(
+                f"No per-node accuracy (`{data.METRIC_GOSSIP_NODE_ACC}`) at or "
+                "before this round; nodes are evaluated on evaluation rounds."
+            )
+        else:
+            st.dataframe(
+                nodes.drop(columns=["x", "y"]).sort_values("accuracy"),
+                hide_index=True,
+                height=300,
+                column_config={
+                    "accuracy": st.column_config.ProgressColumn(
+                        min_value=0.0, max_value=1.0, format="percent"
+                    )
+                },
+            )
+        st.markdown("**Graph changes so far**")
+        if state.changes:
+            st.markdown("\n".join(f"- {c}" for c in state.changes))
+        else:
+            st.caption("None: the graph is intact.")
+
+    series = data.gossip_series(metrics)
+    if series.empty:
+        st.info(
+            "No run-level gossip metrics yet (mean/min accuracy, consensus "
+            "distance, components)."
+        )
+    else:
+        st.altair_chart(charts.gossip_series_chart(series, round_number))
+
+
+def render() -> None:
+    st.title("Gossip")
+    url = common.store_or_stop()
+    try:
+        runs = common.load_runs(url)
+    except StoreError as exc:
+        common.fail_softly(exc)
+        return
+    gossip = runs[runs["mode"] == "gossip"]
+    if gossip.empty:
+        st.info(
+            "No gossip runs in this database. Gossip runs are recorded with "
+            "`mode: gossip` and a `topology` in their config (for example by "
+            "`fedplat gossip sim --scenario FILE` with a store)."
+        )
+        return
+    run_id = common.pick_run(gossip, label="Gossip run")
+
+    def panel() -> None:
+        try:
+            _body(url, run_id)
+        except StoreError as exc:
+            common.fail_softly(exc)
+
+    common.live(panel)
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,200 @@
+"""Run detail: progress, accuracy and loss, participants, traffic, compression,
+privacy spent and the aggregator's per-client verdicts, round by round."""
+
+from __future__ import annotations
+
+import streamlit as st
+from fedplat.ui import charts, common, data
+
+from fedplat.store import RunRecord, StoreError
+
+
+def _header(run: RunRecord, rounds_open: bool) -> None:
+    st.markdown(f"## {run.name} {common.status_badge(run.status)}")
+    st.caption(
+        f"run id `{run.id}` · aggregator "
+        f"`{run.config.get('aggregator', {}).get('name', 'fedavg')}` · "
+        f"model `{run.config.get('model', {}).get('name', '?')}` · "
+        f"dataset `{run.config.get('data', {}).get('dataset', '?')}`"
+    )
+    if data.run_mode(run) == "gossip":
+        st.info(
+            "This is a gossip run; its graph and per-node curves are on the "
+            "Gossip page."
+        )
+        st.page_link(
+            "pages/gossip.py",
+            label="Open the Gossip page",
+            icon=":material/share:",
+            query_params={"run": run.id},
+        )
+    done = run.current_round / run.total_rounds if run.total_rounds else 0.0
+    label = f"round {run.current_round} of {run.total_rounds} completed"
+    if rounds_open:
+        label += f"; round {run.current_round + 1} in progress"
+    st.progress(min(max(done, 0.0), 1.0), text=label)
+
+
+def _body(url: str, run_id: str) -> None:
+    run = common.load_run(url, run_id)
+    if run is None:
+        st.warning("This run is no longer in the store.")
+        return
+    rounds = common.load_rounds(url, run_id)
+    parts = common.load_participations(url, run_id)
+    metrics = common.load_metrics(url, run_id)
+    events = common.load_events(url, run_id)
+    open_round = bool((rounds["status"] == "open").any()) if not rounds.empty else False
+    _header(run, open_round)
+
+    reason = data.failure_reason(run, events)
+    if reason:
+        st.error(f"The run failed: {reason}")
+
+    completed = rounds[rounds["status"] == "completed"]
+    last_acc = completed["accuracy"].dropna()
+    latest = rounds.iloc[-1] if not rounds.empty else None
+    cols = st.columns(5)
+    cols[0].metric("Current round", f"{run.current_round} / {run.total_rounds}")
+    cols[1].metric(
+        "Accuracy",
+        f"{last_acc.iloc[-1]:.2%}" if len(last_acc) else "-",
+        delta=(
+            f"{last_acc.iloc[-1] - last_acc.iloc[-2]:+.2%}"
+            if len(last_acc) > 1
+            else None
+        ),
+    )
+    cols[2].metric(
+        "Best accuracy",
+        f"{run.best_accuracy:.2%}" if run.best_accuracy is not None else "-",
+    )
+    cols[3].metric(
+        "Participants (latest round)",
+        f"{int(latest['succeeded'])} / {int(latest['selected'])}"
+        if latest is not None
+        else "-",
+    )
+    cols[4].metric(
+        "Traffic",
+        data.format_bytes(
+            float(parts["bytes_up"].sum() + parts["bytes_down"].sum())
+            if not parts.empty
+            else 0.0
+        ),
+        help="bytes uploaded + downloaded by all clients so far",
+    )
+
+    if rounds.empty:
+        st.info(
+            "No round has started yet: the coordinator waits until enough "
+            "clients have enrolled (selection.min_available)."
+        )
+        return
+
+    left, right = st.columns(2)
+    with left:
+        if completed["accuracy"].notna().any():
+            st.altair_chart(charts.accuracy_chart(rounds), width="stretch")
+        else:
+            st.info(
+                "No accuracy yet: the global model is evaluated when a round "
+                "completes (every data.eval_every rounds)."
+            )
+    with right:
+        if completed["loss"].notna().any():
+            st.altair_chart(charts.loss_chart(rounds), width="stretch")
+        else:
+            st.info("No loss yet.")
+
+    left, right = st.columns(2)
+    with left:
+        counts = data.outcome_counts(parts)
+        if counts.empty:
+            st.info("No participations recorded yet.")
+        else:
+            st.altair_chart(charts.outcomes_chart(counts), width="stretch")
+            st.caption(
+                "Stragglers answered late or not at all before the round "
+                "closed; rejected updates failed validation."
+            )
+    with right:
+        traffic = data.traffic_frame(parts)
+        if traffic.empty or traffic["bytes"].sum() == 0:
+            st.info("No bytes transferred yet.")
+        else:
+            st.altair_chart(charts.traffic_chart(traffic), width="stretch")
+
+    left, right = st.columns(2)
+    with left:
+        ratio = data.round_series(metrics, data.METRIC_COMPRESSION)
+        if ratio.empty:
+            st.info(
+                f"No compression ratio recorded (metric `{data.METRIC_COMPRESSION}`)"
+                ": this run sends uncompressed updates, or its coordinator "
+                "predates compression reporting."
+            )
+        else:
+            st.altair_chart(
+                charts.metric_chart(
+                    ratio, title="Compression ratio", y_title="dense / sent bytes"
+                ),
+                width="stretch",
+            )
+    with right:
+        eps = data.round_series(metrics, data.METRIC_EPSILON)
+        if eps.empty:
+            st.info(
+                f"No privacy accounting recorded (metric `{data.METRIC_EPSILON}`): "
+                "this run does not use differential privacy, or its coordinator "
+                "predates privacy reporting."
+            )
+        else:
+            st.altair_chart(
+                charts.metric_chart(
+                    eps, title="Privacy spent (ε) per round", y_title="ε"
+                ),
+                width="stretch",
+            )
+
+    st.subheader("Aggregator verdicts")
+    if parts.empty:
+        st.info("No updates yet.")
+    else:
+        st.altair_chart(charts.flags_heatmap(parts), width="stretch")
+        if not (parts["verdict"].isin(["flagged", "excluded"])).any():
+            st.caption("No client has been flagged or excluded by the aggregator.")
+
+    with st.expander("Rounds", expanded=False):
+        st.dataframe(rounds, hide_index=True)
+    with st.expander("Events", expanded=bool(reason)):
+        st.dataframe(data.events_frame(events), hide_index=True)
+
+
+def render() -> None:
+    st.title("Run detail")
+    url = common.store_or_stop()
+    try:
+        runs = common.load_runs(url)
+    except StoreError as exc:
+        common.fail_softly(exc)
+        return
+    if runs.empty:
+        st.info(
+            "No runs in this database yet; start a coordinator and its run "
+            "shows up here."
+        )
+        return
+    run_id = common.pick_run(runs)
+
+    def panel() -> None:
+        try:
+            _body(url, run_id)
+        except StoreError as exc:
+            common.fail_softly(exc)
+
+    common.live(panel)
+
+
+if __name__ == "__main__":
+    render()
