@@ -13,8 +13,10 @@ Stateful rules (centered clipping's reference point, ...) keep tensors in
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -102,3 +104,307 @@ def check_updates(
     if total <= 0:
         raise AggregationError("weights sum to zero")
     return w / total
+
+
+# --------------------------------------------------------------------------- #
+# Parameter checks shared by every rule, pre-aggregator and attack.
+
+
+def check_int(
+    name: str,
+    value: Any,
+    *,
+    minimum: int = 0,
+    error: type[Exception] = AggregationError,
+) -> int:
+    """Validate an integer setting (``bool`` is rejected) in ``__init__``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise error(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    strict: bool = False,
+    maximum: float | None = None,
+    error: type[Exception] = AggregationError,
+) -> float:
+    """Validate a finite real setting; ``strict`` makes ``minimum`` exclusive."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise error(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise error(f"{name} must be finite, got {value!r}")
+    if minimum is not None and (v <= minimum if strict else v < minimum):
+        op = ">" if strict else ">="
+        raise error(f"{name} must be {op} {minimum}, got {value}")
+    if maximum is not None and v > maximum:
+        raise error(f"{name} must be <= {maximum}, got {value}")
+    return v
+
+
+def require(ok: bool, rule: str, bound: str, **values: int) -> None:
+    """Raise :class:`AggregationError` naming the violated bound, e.g. ``2f < n``."""
+    if not ok:
+        got = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise AggregationError(f"{rule} needs {bound}, got {got}")
+
+
+# --------------------------------------------------------------------------- #
+# Tensor-form per-row reports and the shared skeleton of every rule.
+
+
+@dataclass(frozen=True)
+class RowReport:
+    """What a rule did with each of its ``n`` input rows, as tensors.
+
+    Attributes
+    ----------
+    weight : torch.Tensor
+        ``[n]`` float64, effective weight of the row in the output: its averaging
+        weight for averaging rules (sums to 1), its share of the kept entries for
+        coordinate-wise rules.
+    selected : torch.Tensor
+        ``[n]`` bool, whether the row contributed at all.
+    score : torch.Tensor or None
+        ``[n]`` float64 rule-specific number (Krum score, distance, ...).
+    flags : mapping of str to torch.Tensor
+        flag name -> ``[n]`` bool mask (``"excluded"``, ``"clipped"``, ...).
+    """
+
+    weight: torch.Tensor
+    selected: torch.Tensor
+    score: torch.Tensor | None = None
+    flags: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    def decisions(self) -> list[ClientDecision]:
+        """One :class:`ClientDecision` per row (index = row number)."""
+        weights = self.weight.tolist()
+        selected = self.selected.tolist()
+        scores = self.score.tolist() if self.score is not None else None
+        masks = {name: m.tolist() for name, m in self.flags.items()}
+        return [
+            ClientDecision(
+                index=i,
+                weight=float(weights[i]),
+                selected=bool(selected[i]),
+                score=None if scores is None else float(scores[i]),
+                flags=tuple(name for name, m in masks.items() if m[i]),
+            )
+            for i in range(len(weights))
+        ]
+
+
+def uniform_report(weights: torch.Tensor) -> RowReport:
+    """Every row selected with its own weight (plain averaging)."""
+    return RowReport(
+        weight=weights, selected=torch.ones_like(weights, dtype=torch.bool)
+    )
+
+
+def participation_report(kept: torch.Tensor, low_share: float = 0.5) -> RowReport:
+    """Report for coordinate-wise rules from per-row kept fractions ``[n]``.
+
+    ``kept[i]`` is the fraction of coordinates where row ``i``'s value entered the
+    output.
+
+    ``weight`` is the row's share of all kept entries, ``score`` is ``kept``.
+    ``"down-weighted"`` marks rows kept less
+    than ``low_share`` times as often as the average row: a mild flag, since on
+    non-IID data honest clients are often unusual (Karimireddy et al. 2022).
+    """
+    kept = kept.to(torch.float64)
+    total = float(kept.sum())
+    n = kept.numel()
+    weight = kept / total if total > 0 else torch.full_like(kept, 1.0 / n)
+    return RowReport(
+        weight=weight,
+        selected=kept > 0,
+        score=kept,
+        flags={"down-weighted": weight < low_share / n},
+    )
+
+
+@dataclass(frozen=True)
+class RuleOutput:
+    """A rule's aggregate ``[d]`` plus its :class:`RowReport` over the input rows."""
+
+    aggregate: torch.Tensor
+    report: RowReport
+
+
+def expand_report(
+    report: RowReport,
+    rows: torch.Tensor,
+    n: int,
+    extra_flags: Mapping[str, torch.Tensor] | None = None,
+) -> RowReport:
+    """Map a report over the subset ``rows`` (``[k]`` indices) back to ``n`` rows.
+
+    Rows outside the subset get weight 0, ``selected=False``, score ``nan``.
+    """
+    weight = torch.zeros(n, dtype=torch.float64)
+    weight[rows] = report.weight.to(torch.float64)
+    selected = torch.zeros(n, dtype=torch.bool)
+    selected[rows] = report.selected
+    score = None
+    if report.score is not None:
+        score = torch.full((n,), math.nan, dtype=torch.float64)
+        score[rows] = report.score.to(torch.float64)
+    flags: dict[str, torch.Tensor] = {}
+    for name, mask in report.flags.items():
+        full = torch.zeros(n, dtype=torch.bool)
+        full[rows] = mask
+        flags[name] = full
+    for name, mask in (extra_flags or {}).items():
+        flags[name] = flags.get(name, torch.zeros(n, dtype=torch.bool)) | mask
+    return RowReport(weight, selected, score, flags)
+
+
+class Rule:
+    """Skeleton shared by every rule: validation, non-finite rows, decisions.
+
+    Subclasses implement :meth:`aggregate_rows` over already-validated inputs and
+    must not mutate their state there; a stateful rule updates it in
+    :meth:`commit`, called once per successful round, so a rule can be re-run on a
+    subset (non-finite rows dropped) or inside a :class:`Pipeline` safely.
+    """
+
+    name = "rule"
+
+    def aggregate_rows(
+        self, updates: torch.Tensor, weights: torch.Tensor
+    ) -> RuleOutput:
+        """Aggregate ``updates`` ``[n, d]`` with normalised ``weights`` ``[n]``
+        (float64, summing to 1)."""
+        raise NotImplementedError
+
+    def commit(self, aggregate: torch.Tensor) -> None:
+        """Update cross-round state from the round's ``aggregate`` ``[d]``
+        (default: no state)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if state:
+            raise AggregationError(
+                f"{self.name} has no state; got keys {sorted(state)}"
+            )
+
+    def __call__(
+        self, updates: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> AggregationResult:
+        w = check_updates(updates, weights)
+        out = aggregate_finite(self, updates, w)
+        self.commit(out.aggregate)
+        return AggregationResult(
+            aggregate=out.aggregate, decisions=out.report.decisions()
+        )
+
+    def __repr__(self) -> str:
+        params = ", ".join(
+            f"{k}={v!r}" for k, v in sorted(vars(self).items()) if not k.startswith("_")
+        )
+        return f"{type(self).__name__}({params})"
+
+
+def aggregate_finite(
+    rule: Rule, updates: torch.Tensor, weights: torch.Tensor
+) -> RuleOutput:
+    """Run ``rule``; if the aggregate is not finite, drop non-finite rows and retry.
+
+    Checking every row up front would cost a full pass over ``[n, d]`` (as much as
+    FedAvg itself), so finiteness is checked on the ``[d]`` output and rows are
+    inspected only when it fails. Robust rules often absorb an ``inf`` row, which is
+    then kept like any other outlier. Dropped rows are flagged ``"non-finite"``.
+    """
+    snapshot = {k: v.clone() for k, v in rule.state_dict().items()}
+    out = rule.aggregate_rows(updates, weights)
+    if bool(torch.isfinite(out.aggregate).all()):
+        return out
+    finite = torch.isfinite(updates).all(dim=1)
+    if bool(finite.all()):
+        raise AggregationError(
+            f"{rule.name} produced a non-finite aggregate from finite updates "
+            "(values too large for the dtype?)"
+        )
+    if not bool(finite.any()):
+        raise AggregationError("every update is non-finite")
+    rows = finite.nonzero().squeeze(1)
+    sub_w = weights[rows]
+    if float(sub_w.sum()) <= 0:
+        raise AggregationError("the finite updates all have zero weight")
+    rule.load_state_dict(snapshot)  # e.g. bucketing's generator: same draw again
+    sub = rule.aggregate_rows(updates[rows], sub_w / sub_w.sum())
+    bad = ~finite
+    report = expand_report(
+        sub.report, rows, updates.shape[0], {"non-finite": bad, "excluded": bad}
+    )
+    return RuleOutput(sub.aggregate, report)
+
+
+# --------------------------------------------------------------------------- #
+# Pre-aggregators: [n, d] -> [m, d] transforms applied before a rule.
+
+
+@dataclass(frozen=True)
+class PreOutput:
+    """Result of a pre-aggregator over ``n`` input rows.
+
+    Attributes
+    ----------
+    updates : torch.Tensor
+        ``[m, d]`` transformed rows.
+    weights : torch.Tensor
+        ``[m]`` float64, normalised weights of the new rows.
+    share : torch.Tensor
+        ``[m, n]`` float64; row ``j`` says which inputs output row ``j`` is made of
+        (rows sum to 1: a bucket's members, a row's nearest neighbours, or the
+        identity for per-row transforms such as clipping).
+    owner : torch.Tensor
+        ``[n]`` int64, the output row that stands for each input row (its bucket,
+        or itself); a client's score and flags are read from its owner row.
+    flags : mapping of str to torch.Tensor
+        flag name -> ``[n]`` bool mask over the input rows (``"clipped"``).
+    """
+
+    updates: torch.Tensor
+    weights: torch.Tensor
+    share: torch.Tensor
+    owner: torch.Tensor
+    flags: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+class PreAggregator:
+    """Base of pre-aggregators: ``(updates [n, d], weights [n]) -> PreOutput``.
+
+    ``weights`` are normalised float64 (as from :func:`check_updates`). A
+    pre-aggregator with randomness keeps it in :meth:`state_dict` so a resumed run
+    draws the same buckets.
+    """
+
+    name = "pre"
+
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor) -> PreOutput:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if state:
+            raise AggregationError(
+                f"{self.name} has no state; got keys {sorted(state)}"
+            )
+
+    def __repr__(self) -> str:
+        params = ", ".join(
+            f"{k}={v!r}" for k, v in sorted(vars(self).items()) if not k.startswith("_")
+        )
+        return f"{type(self).__name__}({params})"

@@ -1,0 +1,93 @@
+"""Gram matrices and pairwise distances of an ``[n, d]`` stack in one pass.
+
+Distance-based rules (Krum, Multi-Krum, Bulyan, NNM) and the rules that iterate in
+the span of the inputs (geometric median, centered clipping, Flag Aggregator) need
+only inner products between rows, i.e. the ``[n, n]`` Gram matrix. It costs one
+float32 GEMM, ``2 n^2 d`` flops at BLAS speed, instead of the ``n^2 / 2`` separate
+passes over ``d`` of pairwise ``(x_i - x_j).norm()`` loops (Flower's and the
+reference implementations). Squared distances follow from
+``||x_i - x_j||^2 = G_ii + G_jj - 2 G_ij``.
+
+That identity cancels catastrophically when the rows share a large common
+component (honest updates are close to each other relative to their norms), so
+:func:`centered_gram` subtracts the column mean of each block of columns before the
+GEMM (distances are invariant to translating every row by the same vector) and
+accumulates the per-block products in float64. The float32 GEMM of a block then
+loses ~1e-7 of ``||x_i - c||^2`` rather than of ``||x_i||^2``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Columns per block: 50 rows x 32768 float32 = 6.5 MB, large enough for the GEMM
+# to run at full speed, small enough that the block stays in cache between the
+# centering and the GEMM (measured: 8192 is slower, 131072 no faster).
+_BLOCK_COLS = 32768
+
+
+def gram(
+    x: torch.Tensor, center: bool = True, extra: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Gram matrix of the rows of ``x`` (and ``extra``), optionally centered.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``[n, d]`` floating-point stack.
+    extra : torch.Tensor, optional
+        ``[k, d]`` more rows (e.g. a reference point), appended block by block so
+        the ``[n + k, d]`` stack is never materialised.
+    center : bool
+        Subtract the mean row before taking inner products. The result then holds
+        ``<x_i - c, x_j - c>`` for the mean row ``c``: pairwise distances and inner
+        products of affine combinations (coefficients summing to 1) of rows
+        relative to each other are unchanged, and more accurate.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[n + k, n + k]`` float64, symmetric; the mean row ``c`` is that of all
+        ``n + k`` rows.
+    """
+    n, d = x.shape
+    k = 0 if extra is None else extra.shape[0]
+    out = torch.zeros(n + k, n + k, dtype=torch.float64, device=x.device)
+    for s0 in range(0, d, _BLOCK_COLS):
+        block = x[:, s0 : s0 + _BLOCK_COLS]
+        if extra is not None:
+            block = torch.cat([block, extra[:, s0 : s0 + _BLOCK_COLS].to(x.dtype)])
+        if center:
+            block = block - block.mean(dim=0, keepdim=True)
+        out += (block @ block.T).to(torch.float64)
+    # GEMM rounding leaves the two triangles unequal in the last bit.
+    return 0.5 * (out + out.T)
+
+
+def sq_distances_from_gram(g: torch.Tensor) -> torch.Tensor:
+    """``||x_i - x_j||^2`` ``[n, n]`` from a Gram matrix ``g`` ``[n, n]``.
+
+    Clamped at 0 (rounding can make a tiny distance negative) with an exact zero
+    diagonal.
+    """
+    diag = torch.diagonal(g)
+    d2 = (diag[:, None] + diag[None, :] - 2.0 * g).clamp_min_(0.0)
+    d2.fill_diagonal_(0.0)
+    return d2
+
+
+def pairwise_sq_distances(x: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean distances between the rows of ``x`` ``[n, d]`` -> ``[n, n]``
+    (float64), via :func:`centered <gram>` Gram matrix."""
+    return sq_distances_from_gram(gram(x, center=True))
+
+
+def combination_sq_distances(g: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
+    """``||x_i - v||^2`` ``[n]`` for ``v = coef @ X`` with ``sum(coef) == 1``.
+
+    ``g`` is the (centered) Gram matrix ``[n, n]``, ``coef`` ``[n]`` float64.
+    Because ``v`` is an affine combination of the rows, centering does not change
+    the answer: ``||x_i - v||^2 = G_ii - 2 (G c)_i + c^T G c``.
+    """
+    gc = g @ coef
+    return (torch.diagonal(g) - 2.0 * gc + coef @ gc).clamp_min(0.0)
