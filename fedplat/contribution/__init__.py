@@ -1,1 +1,99 @@
-"""fedplat."""
+"""Contribution accounting: who helped the model, a tamper-evident ledger, rewards.
+
+* scorers (pure): GTG-Shapley, exact Shapley, leave-one-out
+  (:mod:`~fedplat.contribution.shapley`, :mod:`~fedplat.contribution.loo`) over a
+  cached coalition utility (:mod:`~fedplat.contribution.utility`), and cosine
+  similarity to the robust aggregate (:mod:`~fedplat.contribution.similarity`);
+* flags from the aggregator's decisions, free-riding and score outliers
+  (:mod:`~fedplat.contribution.flags`);
+* reward shares (:mod:`~fedplat.contribution.rewards`);
+* the hash-chained, Ed25519-signed ledger (:mod:`~fedplat.contribution.ledger`,
+  :mod:`~fedplat.contribution.keys`);
+* the coordinator hook :class:`ContributionAccountant`.
+
+See docs/contribution.md and ALGORITHMS.md section 5.
+"""
+
+from fedplat.contribution.accountant import (
+    ClientContribution,
+    ClientStanding,
+    ContributionAccountant,
+    ContributionCost,
+    ContributionError,
+    ContributionStore,
+    RoundContribution,
+    make_utility_from_accuracy,
+)
+from fedplat.contribution.config import ContributionSection, FlagSection, GTGSection
+from fedplat.contribution.keys import (
+    LedgerKeyError,
+    key_id,
+    load_or_create_signing_key,
+    load_public_key,
+    load_signing_key,
+    public_key_pem,
+)
+from fedplat.contribution.ledger import (
+    LedgerEntry,
+    LedgerHead,
+    LedgerProblem,
+    LedgerReport,
+    export_ledger,
+    verify_ledger,
+    verify_run_ledger,
+)
+from fedplat.contribution.loo import leave_one_out
+from fedplat.contribution.rewards import reward_shares
+from fedplat.contribution.scorers import (
+    available_scorers,
+    get_scorer,
+    register_scorer,
+)
+from fedplat.contribution.shapley import (
+    GTGResult,
+    GTGSettings,
+    exact_shapley,
+    gtg_shapley,
+)
+from fedplat.contribution.similarity import coordinate_median, cosine_to_reference
+from fedplat.contribution.utility import SubsetUtility, UtilityError
+
+__all__ = [
+    "ClientContribution",
+    "ClientStanding",
+    "ContributionAccountant",
+    "ContributionCost",
+    "ContributionError",
+    "ContributionSection",
+    "ContributionStore",
+    "FlagSection",
+    "GTGResult",
+    "GTGSection",
+    "GTGSettings",
+    "LedgerEntry",
+    "LedgerHead",
+    "LedgerKeyError",
+    "LedgerProblem",
+    "LedgerReport",
+    "RoundContribution",
+    "SubsetUtility",
+    "UtilityError",
+    "available_scorers",
+    "coordinate_median",
+    "cosine_to_reference",
+    "exact_shapley",
+    "export_ledger",
+    "get_scorer",
+    "gtg_shapley",
+    "key_id",
+    "leave_one_out",
+    "load_or_create_signing_key",
+    "load_public_key",
+    "load_signing_key",
+    "make_utility_from_accuracy",
+    "public_key_pem",
+    "register_scorer",
+    "reward_shares",
+    "verify_ledger",
+    "verify_run_ledger",
+]

@@ -1205,7 +1205,7 @@ class Store:
         LedgerHeadRecord
             The stored head.
         """
-        rows = []
+        rows: list[dict[str, Any]] = []
         for i, e in enumerate(entries):
             field = f"ledger entry {i}"
             _count(f"{field} seq", e.seq, minimum=1)

@@ -1,0 +1,53 @@
+"""Cheap, utility-free scores: cosine similarity of each update to a reference.
+
+The reference is the round's robust aggregate (what the aggregator kept), or the
+coordinate-wise median of the updates when none is given. A label-flipper's update
+points away from it; a random update is orthogonal to it; a zero update has no
+direction at all (its cosine is defined as 0 here, and flagged separately).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
+    """Coordinate-wise median ``[d]`` of ``updates [n, d]`` (lower median)."""
+    if updates.dim() != 2 or updates.shape[0] == 0:
+        raise ValueError(f"updates must be [n >= 1, d], got {list(updates.shape)}")
+    return updates.median(dim=0).values
+
+
+def cosine_to_reference(updates: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity of every row of ``updates`` to ``reference``.
+
+    Parameters
+    ----------
+    updates
+        ``[n, d]`` client updates.
+    reference
+        ``[d]`` reference direction (robust aggregate or median).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[n]`` float64 in ``[-1, 1]``; 0 for a zero row or a zero reference.
+    """
+    if updates.dim() != 2 or reference.shape != (updates.shape[1],):
+        raise ValueError(
+            f"updates [n, d] and reference [d] expected, got "
+            f"{list(updates.shape)} and {list(reference.shape)}"
+        )
+    ref = reference.double()
+    # float64 per row (a loop over clients, not coordinates): d can be millions,
+    # and a float64 copy of the whole [n, d] stack could be too big to hold.
+    dots = torch.empty(updates.shape[0], dtype=torch.float64)
+    norms = torch.empty_like(dots)
+    for i, row in enumerate(updates):
+        r = row.double()
+        dots[i] = r @ ref
+        norms[i] = torch.linalg.vector_norm(r)
+    denom = norms * float(torch.linalg.vector_norm(ref))
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    out = torch.where(denom > 0, dots / safe, torch.zeros_like(dots))
+    return out.clamp_(-1.0, 1.0)
