@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from fedplat.client.backoff import Backoff
 from fedplat.client.middleware import ByteCounter, Middleware, OutgoingUpdate, chain
+from fedplat.client.uplink import UplinkLayer
 
 from fedplat.transport import codec
 from fedplat.transport.base import Connection
@@ -138,8 +139,12 @@ class Client:
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self._factory = connection_factory
         self.counter = ByteCounter()
-        self._send = chain([self.counter, *middleware], self._terminal_send)
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        # Innermost: compression and privacy as the coordinator's task asks.
+        self.uplink = UplinkLayer(self.layout, self.state_dir)
+        self._send = chain(
+            [self.counter, *middleware, self.uplink], self._terminal_send
+        )
         self.backoff = backoff or Backoff()
         self.poll_seconds = poll_seconds
         self.give_up_after = give_up_after

@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-TREE="$ROOT/build/typecheck"
-rm -rf "$TREE"
+mkdir -p "$ROOT/build"
+# A private tree per run: concurrent runs must not delete each other's.
+TREE="$(mktemp -d "$ROOT/build/typecheck.XXXXXX")"
+trap 'rm -rf "$TREE"' EXIT
 mkdir -p "$TREE/fedplat"
 for item in "$ROOT"/fedplat/*; do
   ln -s "$item" "$TREE/fedplat/$(basename "$item")"
@@ -16,4 +18,4 @@ for comp in server client aggregators ui; do
   ln -s "$ROOT/$comp" "$TREE/fedplat/$comp"
 done
 cd "$TREE"
-exec mypy --config-file "$ROOT/pyproject.toml" -p fedplat "$@"
+mypy --config-file "$ROOT/pyproject.toml" --cache-dir "$ROOT/.mypy_cache" -p fedplat "$@"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ class Checkpoint:
     weights: torch.Tensor  # [d] float32
     optimizer_state: dict[str, torch.Tensor]
     aggregator_state: dict[str, torch.Tensor]
+    extra: dict[str, str] = field(default_factory=dict)  # e.g. accountant state JSON
 
 
 def _sha256_file(path: Path) -> str:
@@ -57,6 +58,7 @@ def save_checkpoint(
         {f"agg.{k}": v.contiguous() for k, v in ckpt.aggregator_state.items()}
     )
     meta = {
+        **{f"extra.{k}": v for k, v in ckpt.extra.items()},
         "run_id": ckpt.run_id,
         "round": str(ckpt.round),
         "model_version": str(ckpt.model_version),
@@ -105,6 +107,7 @@ def load_checkpoint(
             aggregator_state={
                 k[4:]: v for k, v in tensors.items() if k.startswith("agg.")
             },
+            extra={k[6:]: v for k, v in meta.items() if k.startswith("extra.")},
         )
     except (KeyError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {p} is malformed: {exc}") from exc

@@ -116,6 +116,47 @@ class ServerOptimizerSection(_Strict):
     tau: float = Field(default=1e-3, gt=0)
 
 
+class CompressionSection(_Strict):
+    """Uplink compression, applied by every client as a middleware layer.
+
+    ``name`` is a compressor from ``fedplat.compression`` (identity, fp16, topk,
+    dgc, countsketch, gaussian_sketch, ams_sketch) with its ``params``.
+    """
+
+    name: str = "identity"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PrivacySection(_Strict):
+    """Differential privacy of client updates.
+
+    ``local``: each client clips what it sends (e.g. its sketch) to ``clip_norm``
+    and adds Gaussian noise itself; the accountant counts one release per round per
+    client (sampling rate 1, the worst case for a client that is always selected).
+    ``central``: clients clip, the coordinator adds noise to the unweighted mean; the
+    accountant uses the round's sampling rate (selected / live clients).
+    Sigma comes from ``noise_multiplier`` or is calibrated by the accountant library
+    so that ``run.rounds`` rounds spend ``(epsilon, delta)``.
+    """
+
+    mode: Literal["none", "local", "central"] = "none"
+    epsilon: float | None = Field(default=None, gt=0)
+    delta: float = Field(default=1e-5, gt=0, lt=1)
+    clip_norm: float = Field(default=1.0, gt=0)
+    noise_multiplier: float | None = Field(default=None, gt=0)
+    accountant: Literal["rdp", "prv"] = "rdp"
+
+    @model_validator(mode="after")
+    def _check(self) -> PrivacySection:
+        if (
+            self.mode != "none"
+            and self.epsilon is None
+            and self.noise_multiplier is None
+        ):
+            raise ValueError("privacy: give epsilon (to calibrate) or noise_multiplier")
+        return self
+
+
 class StoreSection(_Strict):
     url: str = "runs/fedplat.db"
 
@@ -166,9 +207,25 @@ class RunConfig(_Strict):
     client_training: ClientTrainingSection = ClientTrainingSection()
     aggregator: AggregatorSection = AggregatorSection()
     server_optimizer: ServerOptimizerSection = ServerOptimizerSection()
+    compression: CompressionSection = CompressionSection()
+    privacy: PrivacySection = PrivacySection()
     store: StoreSection = StoreSection()
     checkpoints: CheckpointSection = CheckpointSection()
     server: ServerSection = ServerSection(insecure=True)
+
+    @model_validator(mode="after")
+    def _check_privacy(self) -> RunConfig:
+        if self.privacy.mode == "central" and (
+            self.aggregator.name != "fedavg"
+            or self.aggregator.weighted
+            or self.aggregator.pre
+        ):
+            raise ValueError(
+                "privacy.mode central needs aggregator fedavg with weighted: false and "
+                "no pre-aggregators: the noise is calibrated to an unweighted mean of "
+                "clipped updates"
+            )
+        return self
 
     def clients_this_round(self, available: int) -> int:
         """How many clients to select given ``available`` live clients."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import torch
-from fedplat.aggregators import AggregationError, Aggregator
+from fedplat.aggregators import AggregationError, Aggregator, build_aggregator
 from fedplat.server.checkpoint import Checkpoint as CheckpointData
 from fedplat.server.checkpoint import (
     CheckpointError,
@@ -38,6 +38,7 @@ from fedplat.server.checkpoint import (
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.evaluation import Evaluator, build_model
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.uplink import UplinkPlan
 
 from fedplat.store import RunRecord, Store
 from fedplat.transport import codec
@@ -100,6 +101,7 @@ class _Round:
     updates: dict[str, _Update] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     downloaded_at: dict[str, float] = field(default_factory=dict)
+    num_live: int = 0
 
     @property
     def selected(self) -> set[str]:
@@ -121,12 +123,6 @@ class RoundOutcome:
 
 def _build_aggregator(cfg: RunConfig) -> Aggregator:
     a = cfg.aggregator
-    try:
-        from fedplat.aggregators import build_aggregator
-    except ImportError:  # TODO(issue 3): remove once pipelines land
-        from fedplat.aggregators import create_aggregator
-
-        return create_aggregator(a.name, **a.params)
     return build_aggregator(
         a.name,
         dict(a.params),
@@ -162,6 +158,7 @@ class RoundEngine:
         self.optimizer = ServerOptimizer(cfg.server_optimizer)
         model = build_model(cfg)
         self.layout: Layout = layout_of(model)
+        self.uplink = UplinkPlan(cfg, self.layout)
         self.evaluator = (
             evaluator if evaluator is not None else Evaluator.from_config(cfg, model)
         )
@@ -212,6 +209,7 @@ class RoundEngine:
             self.weights = ckpt.weights.clone()
             self.optimizer.load_state_dict(ckpt.optimizer_state)
             self.aggregator.load_state_dict(ckpt.aggregator_state)
+            self.uplink.load_state(ckpt.extra)
             self.model_version = ckpt.model_version
         done = last.number if last is not None else 0
         if existing.total_rounds != cfg.run.rounds:
@@ -362,7 +360,10 @@ class RoundEngine:
             task_id=r.tasks[client_id],
             model_version=self.model_version,
             deadline_unix=r.deadline,
-            config=self.cfg.client_training.model_dump(mode="json"),
+            config={
+                **self.cfg.client_training.model_dump(mode="json"),
+                **self.uplink.task_config(),
+            },
         )
 
     def get_task(self, client_id: str, token: str, wait_seconds: float = 0.0) -> Task:
@@ -471,9 +472,13 @@ class RoundEngine:
                 raise InvalidArgument(
                     "num_examples must be >= 1 for a weighted aggregator"
                 )
-            vec = codec.decode(
-                header.encoding, data, self.layout.numel, header.encoding_params
-            )
+            if header.encoding == codec.PAYLOAD_V1:
+                vec = self.uplink.decode(data, number)
+                codec.check_finite(vec)
+            else:
+                vec = codec.decode(
+                    header.encoding, data, self.layout.numel, header.encoding_params
+                )
         except (InvalidArgument, StaleUpdate) as exc:
             status = "late" if isinstance(exc, StaleUpdate) else "rejected"
             with self._cond:
@@ -593,7 +598,9 @@ class RoundEngine:
             now = self.clock()
             deadline = now + self.cfg.deadlines.round_seconds
             tasks = {cid: secrets.token_hex(8) for cid in selected}
-            self._round = _Round(number, self._attempt, now, deadline, tasks)
+            self._round = _Round(
+                number, self._attempt, now, deadline, tasks, num_live=len(live)
+            )
         if number == 1 and self._attempt == 1 and self.run_record.status == "pending":
             self.run_record = self.store.update_run(
                 self.run_id, status="running", started_at=_now()
@@ -681,11 +688,13 @@ class RoundEngine:
             if self.cfg.aggregator.weighted
             else None
         )
+        stack, clipped = self.uplink.clip_for_central(stack)
         try:
             result = self.aggregator(stack, weights)
-            new_weights = self.optimizer.step(
-                self.weights, result.aggregate.to(torch.float32)
+            aggregate = self.uplink.noise_mean(
+                result.aggregate.to(torch.float32), len(ids)
             )
+            new_weights = self.optimizer.step(self.weights, aggregate)
         except AggregationError as exc:
             return self._fail_round(r, f"aggregation failed: {exc}")
         if not bool(torch.isfinite(new_weights).all()):
@@ -700,13 +709,14 @@ class RoundEngine:
                 flags={
                     "selected": d.selected,
                     "score": d.score,
-                    "flags": list(d.flags),
+                    "flags": [*d.flags, *(["dp-clipped"] if clipped[d.index] else [])],
                 },
             )
         accuracy = loss = None
         if r.number % self.cfg.data.eval_every == 0 or r.number == self.cfg.run.rounds:
             ev = self.evaluator(new_weights)
             accuracy, loss = ev.accuracy, ev.loss
+        privacy_metrics = self.uplink.account(len(r.selected), r.num_live)
         ckpt = CheckpointData(
             run_id=self.run_id,
             round=r.number,
@@ -715,6 +725,7 @@ class RoundEngine:
             weights=new_weights,
             optimizer_state=self.optimizer.state_dict(),
             aggregator_state=self.aggregator.state_dict(),
+            extra=self.uplink.state(),
         )
         path, sha = save_checkpoint(self.cfg.checkpoints.dir, ckpt)
         self.store.finish_round(
@@ -736,7 +747,13 @@ class RoundEngine:
             "round_seconds": self.clock() - r.opened_at,
             "num_updates": float(len(ids)),
             "update_norm": float(result.aggregate.norm()),
+            **privacy_metrics,
         }
+        sent = sum(r.updates[c].nbytes for c in ids)
+        if sent > 0:
+            # Dense float32 bytes of the same updates over what was actually sent.
+            metrics["compression.ratio"] = 4.0 * self.layout.numel * len(ids) / sent
+            metrics["uplink_bytes"] = float(sent)
         train_losses = [
             r.updates[c].metrics["train_loss"]
             for c in ids

@@ -16,6 +16,9 @@ import torch
 from fedplat.transport.errors import InvalidArgument
 
 DENSE_F32 = "dense-f32le"
+# A fedplat.compression Payload (dense, sparse or sketch); decoded by the coordinator
+# with the run's compressor, see server/engine.py.
+PAYLOAD_V1 = "fedplat-payload-v1"
 
 Decoder = Callable[[bytes, int, Mapping[str, str]], torch.Tensor]
 _DECODERS: dict[str, Decoder] = {}
@@ -65,12 +68,17 @@ def decode(
         raise InvalidArgument(
             f"decoded update has shape {list(vec.shape)}, expected [{numel}]"
         )
+    check_finite(vec)
+    return vec
+
+
+def check_finite(vec: torch.Tensor) -> None:
+    """Raise :class:`InvalidArgument` if ``vec`` holds NaN or Inf."""
     finite = torch.isfinite(vec)
     if not bool(finite.all()):
         raise InvalidArgument(
             f"update holds {int((~finite).sum())} non-finite values (NaN or Inf)"
         )
-    return vec
 
 
 def sha256_hex(data: bytes) -> str:

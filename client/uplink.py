@@ -1,0 +1,117 @@
+"""The client's compression and privacy layer, driven by the task's config.
+
+The coordinator names the run's compressor and privacy settings in every task
+(``compression``, ``compression_seed``, ``privacy``). This innermost middleware layer
+clips, compresses (keeping error-feedback / DGC momentum state across rounds, saved in
+the client's ``state_dir`` so a restarted client keeps it) and, for local DP, noises
+what actually leaves the device. It never touches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fedplat.client.middleware import OutgoingUpdate, Send
+
+from fedplat.compression import (
+    CompressionError,
+    Compressor,
+    create_compressor,
+    load_state,
+    save_state,
+)
+from fedplat.privacy import (
+    GaussianMechanism,
+    clip_l2,
+    make_noise_generator,
+    privatize_payload,
+    secure_seed,
+)
+from fedplat.transport import codec
+from fedplat.transport.errors import InvalidArgument
+from fedplat.transport.messages import UploadAck
+from fedplat.vectors import Layout
+
+log = logging.getLogger("fedplat.client")
+
+
+class UplinkLayer:
+    """Clip -> compress -> (local DP) noise, as the task asks."""
+
+    def __init__(
+        self, layout: Layout, state_dir: str | os.PathLike[str] | None = None
+    ) -> None:
+        self.layout = layout
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self._compressors: dict[str, Compressor] = {}
+        self._noise = make_noise_generator(secure_seed())
+        self.last_nbytes = 0
+
+    def _key(self, spec: dict[str, Any]) -> str:
+        blob = json.dumps(spec, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def _state_path(self, key: str) -> Path | None:
+        if self.state_dir is None:
+            return None
+        return self.state_dir / f"compressor-{key}.safetensors"
+
+    def compressor(self, spec: dict[str, Any]) -> tuple[str, Compressor]:
+        """The (cached, state-restored) compressor for a task's spec."""
+        key = self._key(spec)
+        if key not in self._compressors:
+            from fedplat.server.uplink import compressor_params
+
+            name = str(spec.get("name", "identity"))
+            params = dict(spec.get("params") or {})
+            try:
+                comp = create_compressor(
+                    name, **compressor_params(name, params, self.layout)
+                )
+            except (CompressionError, ValueError) as exc:
+                raise InvalidArgument(
+                    f"task asks for an unusable compressor: {exc}"
+                ) from exc
+            path = self._state_path(key)
+            if path is not None and path.is_file():
+                try:
+                    comp.load_state_dict(load_state(path))
+                    log.info("restored compressor state from %s", path)
+                except (CompressionError, ValueError, OSError) as exc:
+                    log.warning("ignoring unusable compressor state %s: %s", path, exc)
+            self._compressors[key] = comp
+        return key, self._compressors[key]
+
+    def __call__(self, update: OutgoingUpdate, send: Send) -> UploadAck:
+        cfg = update.task.config
+        spec = cfg.get("compression") or {"name": "identity"}
+        privacy = cfg.get("privacy") or {}
+        mode = privacy.get("mode", "none")
+        if spec.get("name", "identity") == "identity" and mode == "none":
+            return send(update)
+        vec = update.vector
+        if mode == "central":
+            # The coordinator's noise is calibrated to this bound (it re-clips too).
+            vec = clip_l2(vec, float(privacy["clip_norm"])).vector
+        key, comp = self.compressor(spec)
+        payload = comp.encode(
+            vec, round=update.task.round, seed=int(cfg.get("compression_seed", 0))
+        )
+        if mode == "local":
+            mech = GaussianMechanism(
+                float(privacy["noise_multiplier"]), float(privacy["clip_norm"])
+            )
+            payload = privatize_payload(payload, mech, generator=self._noise)
+        path = self._state_path(key)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_state(path, comp.state_dict())
+        data = payload.to_bytes()
+        self.last_nbytes = len(data)
+        return send(replace(update, data=data, encoding=codec.PAYLOAD_V1))
