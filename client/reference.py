@@ -27,8 +27,8 @@ class ReferenceSpec:
     partition: str = "iid"
     partition_params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
-    # Evaluate the local model on this many local examples after training (0: off).
-    local_eval_examples: int = 0
+    # Data-level Byzantine behaviour for robustness evaluation: y -> C - 1 - y.
+    label_flip: bool = False
 
     def __post_init__(self) -> None:
         if self.num_partitions < 1:
@@ -85,6 +85,12 @@ def reference_parts(spec: ReferenceSpec) -> ReferenceParts:
     )
     idx = torch.from_numpy(np.asarray(parts[spec.partition_id], dtype=np.int64))
     local = ds.subset(idx)
+    if spec.label_flip:
+        from dataclasses import replace
+
+        from fedplat.aggregators.attacks import flip_labels
+
+        local = replace(local, y=flip_labels(local.y, local.num_classes))
     model = create_model(
         spec.model,
         ds.input_shape,

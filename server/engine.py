@@ -151,6 +151,8 @@ class RoundEngine:
             str, int
         ] = {}  # task_id -> round, for clear "late" errors
         self._attempt = 1
+        self._waiters = 0
+        self._max_waiters = max(1, cfg.server.max_workers // 2)
         try:
             self.aggregator = _build_aggregator(cfg)
         except (AggregationError, ValueError) as exc:
@@ -262,14 +264,12 @@ class RoundEngine:
                 f"model layout does not match run {self.cfg.run.name!r}: {reason}"
             )
         token = secrets.token_urlsafe(32)
-        with self._cond:
-            client_id = req.client_id
-            known = self.store.get_client(self.run_id, client_id) if client_id else None
-            if known is None or known.name != req.name:
-                client_id = secrets.token_hex(8)
-            self._clients[client_id] = _Client(
-                client_id, req.name, req.num_examples, _hash_token(token), self.clock()
-            )
+        client_id = req.client_id
+        known = self.store.get_client(self.run_id, client_id) if client_id else None
+        if known is None or known.name != req.name:
+            client_id = secrets.token_hex(8)
+        # Persist first: once the client is in memory the driver may select it, and
+        # the store refuses rounds with clients it does not know.
         self.store.upsert_client(
             self.run_id,
             client_id,
@@ -278,6 +278,10 @@ class RoundEngine:
             info=dict(req.info),
             status="active",
         )
+        with self._cond:
+            self._clients[client_id] = _Client(
+                client_id, req.name, req.num_examples, _hash_token(token), self.clock()
+            )
         self.store.add_event(
             self.run_id,
             "client_enrolled",
@@ -372,18 +376,36 @@ class RoundEngine:
             c = self._auth(client_id, token)
             self._touch(c)
             self._cond.notify_all()  # the driver may be waiting for live clients
+            if self.finished:
+                return Task(kind=TaskKind.FINISHED, run_id=self.run_id)
+            task = self._task_for(client_id)
+            if task is not None:
+                return task
+            if wait_seconds > 0 and self._waiters >= self._max_waiters:
+                # Every held long poll occupies an RPC worker thread; past half the
+                # pool, tell the client to come back instead, so uploads and
+                # downloads never queue behind idle polls.
+                return Task(
+                    kind=TaskKind.WAIT,
+                    run_id=self.run_id,
+                    retry_after=0.5 + random.random(),
+                )
             end = time.monotonic() + wait_seconds
-            while True:
-                if self.finished:
-                    return Task(kind=TaskKind.FINISHED, run_id=self.run_id)
-                task = self._task_for(client_id)
-                if task is not None:
-                    return task
-                left = end - time.monotonic()
-                if left <= 0:
-                    return Task(kind=TaskKind.WAIT, run_id=self.run_id, retry_after=0.5)
-                self._cond.wait(timeout=min(left, 1.0))
-                c.last_poll = self.clock()
+            self._waiters += 1
+            try:
+                while True:
+                    if self.finished:
+                        return Task(kind=TaskKind.FINISHED, run_id=self.run_id)
+                    task = self._task_for(client_id)
+                    if task is not None:
+                        return task
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return Task(kind=TaskKind.WAIT, run_id=self.run_id)
+                    self._cond.wait(timeout=min(left, 1.0))
+                    c.last_poll = self.clock()
+            finally:
+                self._waiters -= 1
 
     def _check_task(self, client_id: str, task_id: str) -> _Round:
         r = self._round
@@ -598,15 +620,15 @@ class RoundEngine:
             now = self.clock()
             deadline = now + self.cfg.deadlines.round_seconds
             tasks = {cid: secrets.token_hex(8) for cid in selected}
-            self._round = _Round(
-                number, self._attempt, now, deadline, tasks, num_live=len(live)
-            )
-        if number == 1 and self._attempt == 1 and self.run_record.status == "pending":
+            attempt = self._attempt
+        if number == 1 and attempt == 1 and self.run_record.status == "pending":
             self.run_record = self.store.update_run(
                 self.run_id, status="running", started_at=_now()
             )
         elif self.run_record.status != "running":
             self.run_record = self.store.update_run(self.run_id, status="running")
+        # Record the round before publishing it: a task handed out must exist in the
+        # store when the client's download or upload is recorded.
         self.store.start_round(
             self.run_id,
             number,
@@ -617,13 +639,16 @@ class RoundEngine:
         self.store.add_event(
             self.run_id,
             "round_opened",
-            f"round {number} (attempt {self._attempt}): "
+            f"round {number} (attempt {attempt}): "
             f"{len(selected)} of {len(live)} live clients selected",
             round_number=number,
         )
-        log.info("round %d opened: %d clients selected", number, len(selected))
         with self._cond:
+            self._round = _Round(
+                number, attempt, now, deadline, tasks, num_live=len(live)
+            )
             self._cond.notify_all()
+        log.info("round %d opened: %d clients selected", number, len(selected))
         return number
 
     def _round_done(self, r: _Round) -> bool:

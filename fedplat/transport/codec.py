@@ -47,6 +47,10 @@ def _decode_dense(data: bytes, numel: int, params: Mapping[str, str]) -> torch.T
             f"({numel} float32 values)"
         )
     arr = np.frombuffer(data, dtype="<f4")
+    # numpy's isfinite is ~8x faster than torch's here; check before copying.
+    if not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise InvalidArgument(f"update holds {bad} non-finite values (NaN or Inf)")
     # Copy: frombuffer over immutable bytes gives a read-only array.
     return torch.from_numpy(arr.astype(np.float32, copy=True))
 
@@ -68,12 +72,16 @@ def decode(
         raise InvalidArgument(
             f"decoded update has shape {list(vec.shape)}, expected [{numel}]"
         )
-    check_finite(vec)
+    if encoding != DENSE_F32:  # the dense decoder checked before copying
+        check_finite(vec)
     return vec
 
 
 def check_finite(vec: torch.Tensor) -> None:
     """Raise :class:`InvalidArgument` if ``vec`` holds NaN or Inf."""
+    arr = vec.detach().contiguous().numpy()
+    if np.isfinite(arr).all():
+        return
     finite = torch.isfinite(vec)
     if not bool(finite.all()):
         raise InvalidArgument(
