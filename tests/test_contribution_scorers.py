@@ -230,7 +230,7 @@ def test_gtg_against_exact_on_random_smooth_games() -> None:
     for seed in range(5):
         rng = np.random.default_rng(seed)
         w = rng.uniform(0.5, 4.0, 6)
-        bad = rng.integers(0, 6)
+        bad = int(rng.integers(0, 6))
 
         def value(s: Sequence[int], w: np.ndarray = w, bad: int = bad) -> float:
             good = sum(w[i] for i in s if i != bad)

@@ -57,7 +57,7 @@ from fedplat.contribution.ledger import (
 )
 from fedplat.contribution.rewards import reward_shares
 from fedplat.contribution.scorers import RoundGame, get_scorer
-from fedplat.contribution.similarity import coordinate_median, cosine_to_reference
+from fedplat.contribution.similarity import coordinate_median, cosine_to_others
 from fedplat.contribution.utility import (
     AggregateFn,
     SubsetUtility,
@@ -431,8 +431,8 @@ class ContributionAccountant:
             ``None`` (evaluated).
         aggregate
             ``[d]`` the robust aggregate of the round, the reference of the
-            ``cosine`` scorer and of the random-update flag; the coordinate-wise
-            median of ``updates`` when ``None``.
+            ``cosine`` scorer; the coordinate-wise median of ``updates`` when
+            ``None``.
 
         Returns
         -------
@@ -466,7 +466,7 @@ class ContributionAccountant:
                 if utility_after is not None:
                     value.remember(everyone, utility_after)
                 full_value = value(everyone)
-            except (UtilityError, ValueError) as exc:
+            except Exception as exc:  # the caller's evaluator: never crash
                 errors.append(f"utility: {exc}")
                 log.warning(
                     "round %d: no contribution valuation: %s", round_number, exc
@@ -516,7 +516,7 @@ class ContributionAccountant:
 
         # ---- flags
         labels, suspect = self._flags(
-            round_number, client_ids, updates, reference, global_before,
+            round_number, client_ids, updates, global_before,
             scores.get(self.cfg.primary), truncated, decisions,
         )  # fmt: skip
 
@@ -644,7 +644,6 @@ class ContributionAccountant:
         round_number: int,
         client_ids: list[str],
         updates: torch.Tensor,
-        reference: torch.Tensor,
         global_before: torch.Tensor,
         primary: torch.Tensor | None,
         truncated: bool,
@@ -657,7 +656,9 @@ class ContributionAccountant:
             return labels, []
         norms = torch.linalg.vector_norm(updates.double(), dim=1)
         zero = zero_updates(norms, th.zero_norm)
-        cos = cosine_to_reference(updates, reference)
+        cos = (
+            cosine_to_others(updates) if n >= 2 else torch.ones(n, dtype=torch.float64)
+        )
         rand = random_updates(cos, int(d), th.random_sigmas) & ~zero
         if self._sketch is None or self._sketch.dim != d:
             self._sketch = CountSketch(

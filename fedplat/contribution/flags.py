@@ -6,7 +6,7 @@ A flag is a short label. Some only *describe* what happened (``agg:excluded``,
 * free-riding (ALGORITHMS.md 5, "free-riders get nothing"):
   ``zero-update`` (no change sent), ``replayed-update`` (the client's own previous
   update, or the previous global step, sent again), ``random-update`` (a direction
-  indistinguishable from noise: ``|cos|`` to the round's reference below
+  indistinguishable from noise: ``|cos|`` to the sum of the other updates below
   ``sigmas / sqrt(d)``, the spread of a random direction's cosine);
 * ``low-score-outlier``: a negative primary score that is also a robust outlier
   of the round (modified z-score below ``-outlier_z``; Iglewicz & Hoaglin, 1993).
@@ -141,7 +141,10 @@ def zero_updates(norms: torch.Tensor, zero_norm: float) -> torch.Tensor:
 def random_updates(
     cosines: torch.Tensor, dim: int, random_sigmas: float
 ) -> torch.Tensor:
-    """``[n]`` bool: rows as orthogonal to the reference as random noise is.
+    """``[n]`` bool: rows as orthogonal to the others as random noise is.
+
+    ``cosines`` are each row's cosine to the sum of the other rows
+    (:func:`fedplat.contribution.similarity.cosine_to_others`).
 
     A direction drawn uniformly at random in ``R^d`` has a cosine of mean 0 and
     standard deviation ``~1/sqrt(d)`` with any fixed vector, so ``|cos|`` below

@@ -51,3 +51,39 @@ def cosine_to_reference(updates: torch.Tensor, reference: torch.Tensor) -> torch
     safe = torch.where(denom > 0, denom, torch.ones_like(denom))
     out = torch.where(denom > 0, dots / safe, torch.zeros_like(dots))
     return out.clamp_(-1.0, 1.0)
+
+
+def cosine_to_others(updates: torch.Tensor) -> torch.Tensor:
+    """Cosine of every row to the sum of the *other* rows.
+
+    A reference that includes the row itself (the mean, or a coordinate median
+    that picks the row's own value wherever it sits mid-pack) is correlated
+    with it even when the row is pure noise. Against the others' sum, a random
+    row independent of them has a cosine of order ``1/sqrt(d)`` exactly, which
+    is what the ``random-update`` flag tests.
+
+    Parameters
+    ----------
+    updates
+        ``[n, d]`` with ``n >= 2``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[n]`` float64; 0 where a row or its complement is zero.
+    """
+    if updates.dim() != 2 or updates.shape[0] < 2:
+        raise ValueError(f"updates must be [n >= 2, d], got {list(updates.shape)}")
+    total = torch.zeros(updates.shape[1], dtype=torch.float64)
+    for row in updates:
+        total += row.double()
+    total_sq = float(total @ total)
+    out = torch.zeros(updates.shape[0], dtype=torch.float64)
+    for i, row in enumerate(updates):
+        r = row.double()
+        dot_total, own = float(r @ total), float(r @ r)
+        # <u, S - u> and ||S - u||^2 from the shared sum: one pass per row.
+        rest_sq = max(total_sq - 2 * dot_total + own, 0.0)
+        if own > 0 and rest_sq > 0:
+            out[i] = (dot_total - own) / (own**0.5 * rest_sq**0.5)
+    return out.clamp_(-1.0, 1.0)
