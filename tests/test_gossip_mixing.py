@@ -312,3 +312,15 @@ def test_consensus_distance_by_hand() -> None:
     mask = torch.tensor([True, True, False, False])
     assert mx.consensus_distance(x, mask) == pytest.approx(1.0)
     assert math.isnan(mx.consensus_distance(x, torch.zeros(4, dtype=torch.bool)))
+
+
+def test_noloco_local_step_equals_pair_step() -> None:
+    # A peer that knows only its partner's theta reproduces the pair update.
+    gen = torch.Generator().manual_seed(3)
+    theta, phi, m = (torch.randn(2, 5, generator=gen, dtype=torch.float64)
+                     for _ in range(3))
+    pair = mx.noloco_outer_step(mx.NoLoCoState(theta, phi, m), torch.tensor([1, 0]))
+    for i in range(2):
+        step = mx.noloco_local_step(theta.mean(0), phi[i], m[i])
+        torch.testing.assert_close(step.phi, pair.phi[i])
+        torch.testing.assert_close(step.momentum, pair.momentum[i])

@@ -10,32 +10,37 @@
   :mod:`~fedplat.gossip.launcher` - many peer processes driven by a scenario;
 * :mod:`~fedplat.gossip.recorder` - the store contract of gossip runs.
 
-Importing this package does not import gRPC; the peer modules do.
+Names are loaded on first use, so importing this package stays cheap (a peer
+process starts faster without the simulation's ``torch.func`` machinery) and
+never imports gRPC unless a peer module is used.
 """
 
-from fedplat.gossip.network import CHANGE_KINDS, GraphChange, NetworkState
-from fedplat.gossip.scenario import (
-    Scenario,
-    ScenarioError,
-    load_scenario,
-    parse_scenario,
-)
-from fedplat.gossip.sim import GossipSimulation, RoundMetrics, SimResult, simulate
-from fedplat.gossip.topology import TOPOLOGIES, TopologyError, build_topology
+from __future__ import annotations
 
-__all__ = [
-    "CHANGE_KINDS",
-    "TOPOLOGIES",
-    "GossipSimulation",
-    "GraphChange",
-    "NetworkState",
-    "RoundMetrics",
-    "Scenario",
-    "ScenarioError",
-    "SimResult",
-    "TopologyError",
-    "build_topology",
-    "load_scenario",
-    "parse_scenario",
-    "simulate",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CHANGE_KINDS": "network",
+    "GraphChange": "network",
+    "NetworkState": "network",
+    "Scenario": "scenario",
+    "ScenarioError": "scenario",
+    "load_scenario": "scenario",
+    "parse_scenario": "scenario",
+    "GossipSimulation": "sim",
+    "RoundMetrics": "sim",
+    "SimResult": "sim",
+    "simulate": "sim",
+    "TOPOLOGIES": "topology",
+    "TopologyError": "topology",
+    "build_topology": "topology",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'fedplat.gossip' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fedplat.gossip.{_EXPORTS[name]}"), name)

@@ -60,7 +60,11 @@ class RunStore(Protocol):
         total_rounds: int,
     ) -> Any: ...
 
-    def update_run(self, run_id: str, **fields: Any) -> Any: ...
+    def update_run(
+        self, run_id: str, *, status: str | None = None,
+        current_round: int | None = None, best_accuracy: float | None = None,
+        started_at: datetime | None = None, finished_at: datetime | None = None,
+    ) -> Any: ...
 
     def add_metrics(
         self, run_id: str, values: dict[str, float], *,

@@ -10,6 +10,7 @@ from typing import Literal, get_args
 from fedplat.gossip.mixing.consensus import consensus_distance
 from fedplat.gossip.mixing.noloco import (
     NoLoCoState,
+    noloco_local_step,
     noloco_outer_step,
     pair_average,
     random_pairs,
@@ -52,6 +53,7 @@ __all__ = [
     "metropolis_hastings_row",
     "mix",
     "mix_row",
+    "noloco_local_step",
     "noloco_outer_step",
     "pair_average",
     "push_sum_estimate",

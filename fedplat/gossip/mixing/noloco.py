@@ -21,7 +21,13 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["NoLoCoState", "noloco_outer_step", "pair_average", "random_pairs"]
+__all__ = [
+    "NoLoCoState",
+    "noloco_local_step",
+    "noloco_outer_step",
+    "pair_average",
+    "random_pairs",
+]
 
 
 def random_pairs(adj: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -136,3 +142,34 @@ def noloco_outer_step(
         m_new = m_new + alpha * (phi_bar - phi)
     phi_new = phi + m_new
     return NoLoCoState(phi_new.clone(), phi_new, m_new)
+
+
+def noloco_local_step(
+    theta_mean: torch.Tensor,
+    phi: torch.Tensor,
+    momentum: torch.Tensor,
+    alpha: float = 0.7,
+    beta: float = 0.5,
+) -> NoLoCoState:
+    """One node's NoLoCo outer step from the mean of its group's inner weights.
+
+    Since ``g_bar = mean(theta) - phi_bar``, the two terms of the update add up to
+    ``alpha * (mean(theta) - phi_i)``: a peer needs only its partner's current
+    ``theta``, not its ``phi`` (what a real peer pulls).
+
+    Parameters
+    ----------
+    theta_mean : torch.Tensor
+        ``[d]`` mean of ``theta`` over the group (the peer and its partner).
+    phi, momentum : torch.Tensor
+        ``[d]`` the peer's outer weights and momentum.
+    alpha, beta : float
+
+    Returns
+    -------
+    NoLoCoState
+        The peer's new ``theta == phi`` and ``momentum``, each ``[d]``.
+    """
+    m = beta * momentum + alpha * (theta_mean - phi)
+    new_phi = phi + m
+    return NoLoCoState(new_phi.clone(), new_phi, m)

@@ -1,0 +1,256 @@
+"""The only module of :mod:`fedplat.gossip` that knows the peer protocol's protobufs.
+
+Paired ``x_to_proto`` / ``x_from_proto`` functions. The ``*_from_proto`` ones face
+the network: they check every field and raise
+:class:`~fedplat.transport.errors.InvalidArgument` with a reason. A model stream
+is refused from its header alone when it declares more bytes than the receiver
+accepts, and while streaming as soon as it grows past what it declared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Iterator
+
+from fedplat.gossip import peer_pb2 as pb
+from fedplat.gossip.messages import (
+    Hello,
+    HelloReply,
+    ModelHeader,
+    ModelMessage,
+    NeighbourView,
+    PeerAddress,
+    PeerStatus,
+    PingReply,
+    PushReply,
+)
+from fedplat.transport.errors import InvalidArgument
+from fedplat.vectors import Layout, LayoutError, TensorSpec
+
+MAX_NAME_LEN = 256
+MAX_LAYOUT_TENSORS = 100_000
+MAX_KNOWN_PEERS = 1024
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _name(value: str, what: str, *, required: bool = True) -> str:
+    if required and not value:
+        raise InvalidArgument(f"{what} is empty")
+    if len(value) > MAX_NAME_LEN:
+        raise InvalidArgument(f"{what} longer than {MAX_NAME_LEN} characters")
+    return value
+
+
+def _nonneg(value: int, what: str) -> int:
+    if value < 0:
+        raise InvalidArgument(f"{what} must be >= 0, got {value}")
+    return int(value)
+
+
+# ------------------------------------------------------------------ layout
+
+
+def layout_to_proto(layout: Layout) -> pb.Layout:
+    return pb.Layout(
+        tensors=[
+            pb.TensorSpec(name=s.name, shape=list(s.shape), dtype=s.dtype)
+            for s in layout.specs
+        ]
+    )
+
+
+def layout_from_proto(msg: pb.Layout) -> Layout:
+    if len(msg.tensors) > MAX_LAYOUT_TENSORS:
+        raise InvalidArgument(
+            f"layout has {len(msg.tensors)} tensors (max {MAX_LAYOUT_TENSORS})"
+        )
+    try:
+        return Layout(tuple(
+            TensorSpec(t.name, tuple(int(x) for x in t.shape), t.dtype or "float32")
+            for t in msg.tensors
+        ))
+    except LayoutError as exc:
+        raise InvalidArgument(f"invalid layout: {exc}") from exc
+
+
+# ------------------------------------------------------------------ peers
+
+
+def peer_to_proto(p: PeerAddress) -> pb.PeerInfo:
+    return pb.PeerInfo(node_id=p.node_id, address=p.address)
+
+
+def peer_from_proto(msg: pb.PeerInfo) -> PeerAddress:
+    return PeerAddress(_name(msg.node_id, "node id"), _name(msg.address, "address"))
+
+
+def hello_to_proto(h: Hello) -> pb.HelloRequest:
+    return pb.HelloRequest(
+        sender=peer_to_proto(h.sender), round=h.round,
+        layout_fingerprint=h.layout_fingerprint, want_link=h.want_link,
+    )
+
+
+def hello_from_proto(msg: pb.HelloRequest) -> Hello:
+    return Hello(
+        peer_from_proto(msg.sender), _nonneg(msg.round, "round"),
+        _name(msg.layout_fingerprint, "layout fingerprint"), bool(msg.want_link),
+    )
+
+
+def hello_reply_to_proto(r: HelloReply) -> pb.HelloResponse:
+    return pb.HelloResponse(
+        responder=peer_to_proto(r.responder), round=r.round,
+        layout_fingerprint=r.layout_fingerprint, linked=r.linked,
+        known=[peer_to_proto(p) for p in r.known],
+    )
+
+
+def hello_reply_from_proto(msg: pb.HelloResponse) -> HelloReply:
+    if len(msg.known) > MAX_KNOWN_PEERS:
+        raise InvalidArgument(f"more than {MAX_KNOWN_PEERS} known peers")
+    return HelloReply(
+        peer_from_proto(msg.responder), _nonneg(msg.round, "round"),
+        _name(msg.layout_fingerprint, "layout fingerprint"), bool(msg.linked),
+        tuple(peer_from_proto(p) for p in msg.known),
+    )
+
+
+def ping_reply_to_proto(r: PingReply) -> pb.PingResponse:
+    return pb.PingResponse(node_id=r.node_id, round=r.round, degree=r.degree)
+
+
+def ping_reply_from_proto(msg: pb.PingResponse) -> PingReply:
+    return PingReply(_name(msg.node_id, "node id"), _nonneg(msg.round, "round"),
+                     _nonneg(msg.degree, "degree"))
+
+
+# ------------------------------------------------------------------ models
+
+
+def model_header_to_proto(h: ModelHeader) -> pb.ModelHeader:
+    return pb.ModelHeader(
+        sender_id=h.sender_id, round=h.round, layout=layout_to_proto(h.layout),
+        num_examples=h.num_examples, degree=h.degree, push_weight=h.push_weight,
+        base_version=h.base_version, version=h.version,
+        total_bytes=h.total_bytes, sha256=h.sha256,
+    )
+
+
+def model_header_from_proto(msg: pb.ModelHeader) -> ModelHeader:
+    if not math.isfinite(msg.push_weight) or msg.push_weight < 0:
+        raise InvalidArgument(f"push weight must be finite and >= 0, got "
+                              f"{msg.push_weight}")
+    return ModelHeader(
+        sender_id=_name(msg.sender_id, "sender id"),
+        round=_nonneg(msg.round, "round"),
+        layout=layout_from_proto(msg.layout),
+        num_examples=_nonneg(msg.num_examples, "num_examples"),
+        degree=_nonneg(msg.degree, "degree"),
+        push_weight=float(msg.push_weight),
+        base_version=_name(msg.base_version, "base version", required=False),
+        version=_name(msg.version, "version", required=False),
+        total_bytes=_nonneg(msg.total_bytes, "total_bytes"),
+        sha256=_name(msg.sha256, "sha256"),
+    )
+
+
+def model_to_chunks(msg: ModelMessage, chunk_bytes: int) -> Iterator[pb.ModelChunk]:
+    """A header chunk, then the payload in pieces of at most ``chunk_bytes``."""
+    yield pb.ModelChunk(header=model_header_to_proto(msg.header))
+    view = memoryview(msg.data)
+    for start in range(0, len(view), chunk_bytes):
+        yield pb.ModelChunk(data=bytes(view[start:start + chunk_bytes]))
+
+
+def model_from_chunks(chunks: Iterable[pb.ModelChunk], max_bytes: int) -> ModelMessage:
+    """Reassemble a model stream; refuses oversize, truncated or corrupted ones.
+
+    Raises
+    ------
+    InvalidArgument
+        No header first, a second header, more than ``max_bytes`` declared, more
+        or fewer bytes than declared, or a checksum mismatch.
+    """
+    it = iter(chunks)
+    first = next(it, None)
+    if first is None or first.WhichOneof("part") != "header":
+        raise InvalidArgument("model stream must start with a header")
+    header = model_header_from_proto(first.header)
+    if header.total_bytes > max_bytes:
+        raise InvalidArgument(
+            f"oversize model: {header.total_bytes} bytes declared, limit is "
+            f"{max_bytes}"
+        )
+    buf = bytearray()
+    for c in it:
+        if c.WhichOneof("part") != "data":
+            raise InvalidArgument("model stream has a second header")
+        buf += c.data
+        if len(buf) > header.total_bytes:
+            raise InvalidArgument(
+                f"model stream longer than its declared {header.total_bytes} bytes"
+            )
+    data = bytes(buf)
+    if len(data) != header.total_bytes:
+        raise InvalidArgument(
+            f"model stream has {len(data)} bytes, header declared "
+            f"{header.total_bytes} (truncated)"
+        )
+    if sha256_hex(data) != header.sha256:
+        raise InvalidArgument("model checksum mismatch (corrupted stream)")
+    return ModelMessage(header, data)
+
+
+def push_reply_to_proto(r: PushReply) -> pb.PushAck:
+    return pb.PushAck(accepted=r.accepted, reason=r.reason, round=r.round)
+
+
+def push_reply_from_proto(msg: pb.PushAck) -> PushReply:
+    return PushReply(bool(msg.accepted), msg.reason, int(msg.round))
+
+
+# ------------------------------------------------------------------ status
+
+
+def status_to_proto(s: PeerStatus) -> pb.StatusResponse:
+    return pb.StatusResponse(
+        node_id=s.node_id, round=s.round, finished=s.finished,
+        accuracy=-1.0 if s.accuracy is None else s.accuracy,
+        num_examples=s.num_examples, model_sha256=s.model_sha256,
+        rejected=s.rejected, last_rejection=s.last_rejection,
+        bytes_sent=s.bytes_sent, bytes_received=s.bytes_received,
+        consensus_gap=-1.0 if s.consensus_gap is None else s.consensus_gap,
+        neighbours=[
+            pb.NeighbourStatus(
+                node_id=n.node_id, address=n.address, alive=n.alive,
+                blocked=n.blocked, round=n.round,
+                seconds_since_seen=n.seconds_since_seen,
+                bytes_sent=n.bytes_sent, bytes_received=n.bytes_received,
+            )
+            for n in s.neighbours
+        ],
+    )
+
+
+def status_from_proto(msg: pb.StatusResponse) -> PeerStatus:
+    return PeerStatus(
+        node_id=msg.node_id, round=int(msg.round), finished=bool(msg.finished),
+        accuracy=None if msg.accuracy < 0 else float(msg.accuracy),
+        num_examples=int(msg.num_examples), model_sha256=msg.model_sha256,
+        rejected=int(msg.rejected), last_rejection=msg.last_rejection,
+        bytes_sent=int(msg.bytes_sent), bytes_received=int(msg.bytes_received),
+        consensus_gap=None if msg.consensus_gap < 0 else float(msg.consensus_gap),
+        neighbours=tuple(
+            NeighbourView(
+                n.node_id, n.address, bool(n.alive), bool(n.blocked), int(n.round),
+                float(n.seconds_since_seen), int(n.bytes_sent),
+                int(n.bytes_received),
+            )
+            for n in msg.neighbours
+        ),
+    )
