@@ -74,8 +74,7 @@ def cmd_gossip_node(args: argparse.Namespace) -> int:
     """One real gossip peer, from a scenario file or from flags."""
     import torch
 
-    from fedplat.gossip.launcher import peer_from_scenario
-    from fedplat.gossip.node import PeerConfig, PeerNode
+    from fedplat.gossip.node import PeerConfig, PeerNode, peer_from_scenario
     from fedplat.gossip.scenario import ScenarioError, load_scenario
 
     torch.set_num_threads(args.threads)
