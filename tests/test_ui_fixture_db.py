@@ -1,9 +1,10 @@
 """A monitor fixture database, written only through the Store API.
 
 It holds one run in every state the pages must handle: completed (with
-stragglers, a rejected update, aggregator flags, epsilon, compression and
-contribution metrics), running with an open round, failed, pending with nothing
-yet, and a gossip run with node loss, a cut link and a heal. Other UI tests import
+stragglers, a rejected update, aggregator flags, epsilon, compression and a
+signed contribution ledger with a suspect client), running with an open round
+(and contribution scores as plain metrics), failed, pending with nothing yet, and
+a gossip run with node loss, a cut link and a heal. Other UI tests import
 :func:`build_fixture_db`; the test here checks the fixture says what they assume.
 """
 
@@ -13,6 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from fedplat.contribution.ledger import GENESIS_HASH, chain_entries, sign_head
 from fedplat.store import Store
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
@@ -79,27 +83,59 @@ def _completed_run(store: Store) -> str:
             {"privacy.epsilon": 0.5 * r, "compression.ratio": 20.0 + r},
             round_number=r,
         )
-        for i, cid in enumerate(CLIENTS):
-            store.add_metric(
-                run.id,
-                "contribution.score",
-                0.1 * (i + 1),
-                round_number=r,
-                client_id=cid,
-            )
         store.add_event(
             run.id, "round_completed", f"round {r} completed", round_number=r
         )
-    for i, cid in enumerate(CLIENTS):
-        store.add_metric(
-            run.id,
-            "contribution.reward_share",
-            (i + 1) / 10,
-            round_number=3,
-            client_id=cid,
-        )
+    _ledger(store, run.id)
     store.update_run(run.id, status="completed", finished_at=datetime.now(UTC))
     return run.id
+
+
+def _ledger(store: Store, run_id: str) -> None:
+    """A signed ledger as the contribution accountant writes it: client ``c<i>``
+    earns ``0.1 * (i + 1)`` per round, except c2, a suspect free-rider in round
+    2 (credit 0)."""
+    key = Ed25519PrivateKey.generate()
+    cumulative = dict.fromkeys(CLIENTS, 0.0)
+    seq, prev = 0, GENESIS_HASH
+    for r in range(1, len(ACCURACY) + 1):
+        contents: list[dict[str, Any]] = []
+        for i, cid in enumerate(CLIENTS):
+            suspect = r == 2 and cid == "c2"
+            credit = 0.0 if suspect else 0.1 * (i + 1)
+            cumulative[cid] += credit
+            contents.append(
+                {
+                    "round": r,
+                    "client_id": cid,
+                    "scores": {"gtg": credit},
+                    "credit": credit,
+                    "flags": ["zero-update"] if suspect else [],
+                    "suspect": suspect,
+                    "cumulative": cumulative[cid],
+                }
+            )
+        total = sum(cumulative.values())
+        for c in contents:
+            c["reward_share"] = cumulative[c["client_id"]] / total
+        entries = chain_entries(
+            run_id, contents, start_seq=seq + 1, prev_hash=prev, signing_key=key
+        )
+        head = sign_head(run_id, entries[-1].seq, entries[-1].entry_hash, key)
+        store.append_ledger(run_id, entries, head)
+        seq, prev = head.seq, head.head_hash
+    # The accountant also merges its verdict into the participation's flags.
+    store.update_participation(
+        run_id,
+        2,
+        "c2",
+        flags={
+            "selected": True,
+            "score": 0.2,
+            "flags": [],
+            "contribution": {"flags": ["zero-update"], "suspect": True, "score": 0.0},
+        },
+    )
 
 
 def _running_run(store: Store) -> str:
@@ -110,9 +146,19 @@ def _running_run(store: Store) -> str:
     store.start_round(
         run.id, 1, selected=CLIENTS[:3], deadline_at=deadline, model_version=0
     )
-    for cid in CLIENTS[:3]:
+    for i, cid in enumerate(CLIENTS[:3]):
         store.update_participation(
             run.id, 1, cid, status="succeeded", bytes_up=500, bytes_down=800
+        )
+        # No ledger in this run: contribution scores come as plain metrics.
+        store.add_metrics(
+            run.id,
+            {
+                "contribution.score": 0.5 - 0.1 * i,
+                "contribution.reward_share": [0.5, 0.3, 0.2][i],
+            },
+            round_number=1,
+            client_id=cid,
         )
     store.finish_round(run.id, 1, status="completed", accuracy=0.4, loss=1.6)
     store.start_round(

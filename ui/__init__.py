@@ -2,7 +2,7 @@
 
 Start it with ``fedplat monitor --db URL`` (the ``ui`` extra installs Streamlit
 and Altair). :mod:`fedplat.ui.data` shapes store records into frames,
-:mod:`fedplat.ui.charts` draws them, and ``app.py`` with ``pages/`` is the app.
+:mod:`fedplat.ui.charts` draws them, and ``app.py`` with ``views/`` is the app.
 This module imports neither Streamlit nor pandas, so the CLI can use it cheaply.
 """
 

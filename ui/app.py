@@ -1,7 +1,7 @@
 """Entry script of the fedplat monitor: ``streamlit run app.py -- --db URL``.
 
 ``fedplat monitor --db URL`` runs this file. It sets up the page, the sidebar
-shared by every page, and the navigation; each page is a script in ``pages/``.
+shared by every page, and the navigation; each page is a script in ``views/``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 from fedplat.ui.common import database_url, sidebar_settings
 
-PAGES = Path(__file__).resolve().parent / "pages"
+VIEWS = Path(__file__).resolve().parent / "views"
 
 st.set_page_config(
     page_title="fedplat monitor", page_icon=":material/hub:", layout="wide"
@@ -20,32 +20,32 @@ st.set_page_config(
 navigation = st.navigation(
     [
         st.Page(
-            str(PAGES / "runs.py"),
+            str(VIEWS / "runs.py"),
             title="Runs",
             icon=":material/list:",
             url_path="runs",
             default=True,
         ),
         st.Page(
-            str(PAGES / "run.py"),
+            str(VIEWS / "run.py"),
             title="Run detail",
             icon=":material/monitoring:",
             url_path="run",
         ),
         st.Page(
-            str(PAGES / "clients.py"),
+            str(VIEWS / "clients.py"),
             title="Clients",
             icon=":material/devices:",
             url_path="clients",
         ),
         st.Page(
-            str(PAGES / "contributions.py"),
+            str(VIEWS / "contributions.py"),
             title="Contributions",
             icon=":material/leaderboard:",
             url_path="contributions",
         ),
         st.Page(
-            str(PAGES / "gossip.py"),
+            str(VIEWS / "gossip.py"),
             title="Gossip",
             icon=":material/share:",
             url_path="gossip",

@@ -3,6 +3,10 @@
 Pure functions from a DataFrame to a chart: no Streamlit, so tests can inspect
 the spec (``chart.to_dict()``) directly. Rounds are integers, so every round axis
 uses ``tickMinStep=1`` and an integer format, or Vega would label 1.5, 2.5, ...
+
+Legends sit on the right: Streamlit sizes charts with ``autosize: fit``, so a
+legend below the plot is taken out of the chart's height and a many-entry legend
+can squash the plot to nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +24,17 @@ _ROUND_AXIS = alt.Axis(format="d", tickMinStep=1)
 
 def _round_x(title: str = "round") -> alt.X:
     return alt.X("round:Q", title=title, axis=_ROUND_AXIS)
+
+
+def _present_scale(
+    values: pd.Series, domain: tuple[str, ...], colors: tuple[str, ...]
+) -> alt.Scale:
+    """A colour scale over the categories present, in their fixed order and with
+    their fixed colours: a category keeps its colour across charts and runs, and
+    the legend lists only what is on screen."""
+    present = set(values.dropna())
+    pairs = [(d, c) for d, c in zip(domain, colors, strict=True) if d in present]
+    return alt.Scale(domain=[d for d, _ in pairs], range=[c for _, c in pairs])
 
 
 def line_chart(
@@ -40,7 +55,9 @@ def line_chart(
     scale = alt.Scale(domain=list(domain)) if domain else alt.Scale(zero=False)
     return (
         alt.Chart(frame, title=title)
-        .mark_line(point=alt.OverlayMarkDef(size=50, filled=True), color=color)
+        .mark_line(
+            point=alt.OverlayMarkDef(size=50, filled=True, color=color), color=color
+        )
         .encode(
             x=_round_x(),
             y=alt.Y(
@@ -83,12 +100,12 @@ def outcomes_chart(counts: pd.DataFrame) -> alt.Chart:
         alt.Chart(counts, title="Clients per round by outcome")
         .mark_bar()
         .encode(
-            x=alt.X("round:O", title="round"),
+            x=alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0)),
             y=alt.Y("clients:Q", title="clients", axis=alt.Axis(tickMinStep=1)),
             color=alt.Color(
                 "outcome:N",
-                scale=alt.Scale(domain=list(OUTCOMES), range=list(OUTCOME_COLORS)),
-                legend=alt.Legend(title="outcome", orient="bottom"),
+                scale=_present_scale(counts["outcome"], OUTCOMES, OUTCOME_COLORS),
+                legend=alt.Legend(title="outcome", orient="right"),
             ),
             order=alt.Order("outcome:N"),
             tooltip=["round:O", "outcome:N", "clients:Q"],
@@ -103,13 +120,13 @@ def traffic_chart(traffic: pd.DataFrame) -> alt.Chart:
         alt.Chart(traffic, title="Traffic per round")
         .mark_bar()
         .encode(
-            x=alt.X("round:O", title="round"),
+            x=alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0)),
             xOffset=alt.XOffset("direction:N", sort=["up", "down"]),
             y=alt.Y("bytes:Q", title="bytes", axis=alt.Axis(format="~s")),
             color=alt.Color(
                 "direction:N",
                 scale=alt.Scale(domain=["up", "down"], range=["#6a1b9a", "#0277bd"]),
-                legend=alt.Legend(title="direction", orient="bottom"),
+                legend=alt.Legend(title="direction", orient="right"),
             ),
             tooltip=[
                 "round:O",
@@ -138,17 +155,17 @@ def flags_heatmap(parts: pd.DataFrame) -> alt.Chart:
         alt.Chart(parts, title="Aggregator verdict per client and round")
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
-            x=alt.X("round:O", title="round"),
+            x=alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0)),
             y=alt.Y("client:N", title=None, sort="ascending"),
             color=alt.Color(
                 "verdict:N",
-                scale=alt.Scale(domain=list(VERDICTS), range=list(VERDICT_COLORS)),
-                legend=alt.Legend(title="verdict", orient="bottom"),
+                scale=_present_scale(parts["verdict"], VERDICTS, VERDICT_COLORS),
+                legend=alt.Legend(title="verdict", orient="right"),
             ),
             tooltip=tooltip,
         )
-        # Rows stay legible (>= 14 px each) however many clients there are.
-        .properties(height=max(120, min(14 * n_clients, 900)))
+        # 22 px per client keeps rows legible however many clients there are.
+        .properties(height=max(180, min(22 * n_clients, 1400)))
     )
 
 
@@ -171,7 +188,7 @@ def contribution_bar(board: pd.DataFrame, column: str, title: str) -> alt.Chart:
             y=alt.Y("client:N", sort="-x", title=None),
             tooltip=["client:N", alt.Tooltip(f"{column}:Q", format=fmt)],
         )
-        .properties(height=max(120, min(18 * len(data), 700)))
+        .properties(height=max(120, min(26 * len(data), 900)))
     )
 
 
@@ -183,7 +200,7 @@ def score_over_rounds(per_round: pd.DataFrame) -> alt.Chart:
         .encode(
             x=_round_x(),
             y=alt.Y("cumulative:Q", title="cumulative score"),
-            color=alt.Color("client:N", legend=alt.Legend(orient="bottom")),
+            color=alt.Color("client:N", legend=alt.Legend(orient="right")),
             tooltip=[
                 "client:N",
                 alt.Tooltip("round:Q", format="d"),
@@ -216,7 +233,7 @@ def gossip_graph_chart(nodes: pd.DataFrame, edges: pd.DataFrame) -> alt.LayerCha
                 scale=alt.Scale(
                     domain=link_states, range=["#90a4ae", "#e53935", "#e0e0e0"]
                 ),
-                legend=alt.Legend(title="link", orient="bottom"),
+                legend=alt.Legend(title="link", orient="right"),
             ),
             strokeDash=alt.StrokeDash(
                 "state:N",
@@ -247,7 +264,7 @@ def gossip_graph_chart(nodes: pd.DataFrame, edges: pd.DataFrame) -> alt.LayerCha
             shape=alt.Shape(
                 "role:N",
                 scale=alt.Scale(domain=["data", "relay"], range=["circle", "square"]),
-                legend=alt.Legend(title="node", orient="bottom"),
+                legend=alt.Legend(title="node", orient="right"),
             ),
             color=alt.Color(
                 "accuracy:Q",
@@ -288,7 +305,15 @@ def gossip_series_chart(series: pd.DataFrame, round_number: int) -> alt.ConcatCh
             .mark_line(point=True)
             .encode(
                 x=_round_x(),
-                y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+                y=alt.Y(
+                    "value:Q",
+                    title=None,
+                    scale=alt.Scale(zero=False),
+                    # Component counts are whole numbers; don't tick 1.5.
+                    axis=alt.Axis(format="~g", tickMinStep=1)
+                    if metric == "components"
+                    else alt.Axis(format="~g"),
+                ),
                 tooltip=[
                     alt.Tooltip("round:Q", format="d"),
                     alt.Tooltip("value:Q", format=".4g"),

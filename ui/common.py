@@ -16,15 +16,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import altair as alt
 import pandas as pd
 import streamlit as st
-from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url
+from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url, ledger
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import make_url
 
 from fedplat.store import (
     ClientRecord,
     EventRecord,
+    LedgerEntryRecord,
     MetricRecord,
     RunRecord,
     Store,
@@ -161,14 +163,29 @@ def load_participations(url: str, run_id: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_contributions(url: str, run_id: str) -> ledger.Contributions:
+    store = open_store(url)
+    return ledger.contributions(
+        store.list_clients(run_id),
+        _ledger_entries(url, store, run_id),
+        store.list_metrics(run_id),
+    )
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_clients(url: str, run_id: str) -> pd.DataFrame:
     store = open_store(url)
-    parts = data.participations_frame(
-        store.list_participations(run_id), store.list_clients(run_id)
-    )
-    return data.clients_frame(
-        store.list_clients(run_id), parts, store.list_metrics(run_id)
-    )
+    clients = store.list_clients(run_id)
+    parts = data.participations_frame(store.list_participations(run_id), clients)
+    board = load_contributions(url, run_id).board
+    return data.clients_frame(clients, parts, board)
+
+
+def _ledger_entries(url: str, store: Store, run_id: str) -> list[LedgerEntryRecord]:
+    # A database migrated before the ledger existed has no table to read.
+    if ledger.missing_ledger_tables(open_engine(url)):
+        return []
+    return store.list_ledger_entries(run_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -195,13 +212,11 @@ def load_gossip_events(url: str, run_id: str) -> list[EventRecord]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def load_ledger(url: str, run_id: str) -> tuple[data.LedgerCheck, pd.DataFrame]:
+def load_ledger(url: str, run_id: str) -> tuple[ledger.LedgerCheck, pd.DataFrame]:
     """The ledger's verification and its entries (empty if there is none)."""
     store = open_store(url)
-    check = data.verify_ledger(store, open_engine(url), run_id)
-    if check.state == "missing":
-        return check, data.ledger_frame([])
-    return check, data.ledger_frame(store.list_ledger_entries(run_id), check)
+    check = ledger.verify_ledger(store, open_engine(url), run_id)
+    return check, ledger.ledger_frame(_ledger_entries(url, store, run_id), check)
 
 
 # --------------------------------------------------------------------------- #
@@ -256,6 +271,21 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
     return run_id
 
 
+# Left to size a chart itself, Streamlit fits it into less than the spec's height
+# and a discrete y axis (heat map, one bar per client) collapses to a sliver; so
+# charts get their spec's plot height plus room for the title and x axis.
+CHART_MARGIN_PX = 90
+
+
+def show(chart: alt.Chart | alt.LayerChart | alt.ConcatChart) -> None:
+    """Draw an Altair chart at the full width and its declared height."""
+    height = getattr(chart, "height", None)
+    if isinstance(height, int):
+        st.altair_chart(chart, width="stretch", height=height + CHART_MARGIN_PX)
+    else:  # compound charts (concat) size their panels themselves
+        st.altair_chart(chart)
+
+
 def status_badge(status: str) -> str:
     """Markdown badge for a run/round status."""
     color = {
@@ -282,6 +312,7 @@ __all__ = [
     "live",
     "load_client_records",
     "load_clients",
+    "load_contributions",
     "load_events",
     "load_gossip_events",
     "load_ledger",
@@ -294,6 +325,7 @@ __all__ = [
     "open_store",
     "pick_run",
     "refresh_every",
+    "show",
     "sidebar_settings",
     "status_badge",
     "store_or_stop",

@@ -12,21 +12,18 @@ turn emptiness into a message saying what is missing.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, inspect
 
 from fedplat.store import (
     ClientRecord,
     EventRecord,
-    LedgerEntryRecord,
     MetricRecord,
     ParticipationRecord,
     RoundRecord,
@@ -38,15 +35,11 @@ from fedplat.store import (
 # reads them, so they are spelled out once here.
 METRIC_EPSILON = "privacy.epsilon"
 METRIC_COMPRESSION = "compression.ratio"
+#: The store rejects infinities, so privacy accounting records an unbounded ε as
+#: 1e308; anything this large is shown as "unbounded" rather than plotted.
+EPSILON_UNBOUNDED = 1e300
 METRIC_SCORE = "contribution.score"
 METRIC_REWARD = "contribution.reward_share"
-METRIC_GOSSIP_NODE_ACC = "gossip.accuracy"
-GOSSIP_RUN_METRICS = (
-    "gossip.mean_accuracy",
-    "gossip.min_accuracy",
-    "gossip.consensus_distance",
-    "gossip.components",
-)
 
 # --------------------------------------------------------------------------- #
 # Participation outcomes and aggregator verdicts                               #
@@ -64,13 +57,16 @@ OUTCOME_OF_STATUS: dict[str, str] = {
     "downloaded": "in progress",
 }
 OUTCOMES = ("succeeded", "straggler", "rejected", "failed", "in progress")
-OUTCOME_COLORS = ("#2e7d32", "#f9a825", "#c62828", "#424242", "#64b5f6")
+# Same colour for the same meaning in every chart: rejected is purple here and in
+# the verdict heat map, where red means "excluded by the aggregator".
+OUTCOME_COLORS = ("#2e7d32", "#90a4ae", "#6a1b9a", "#424242", "#64b5f6")
 
 #: The aggregator's verdict on one client in one round (the heat map's colours).
 VERDICTS = (
     "accepted",
     "flagged",
     "excluded",
+    "suspect",
     "not aggregated",
     "rejected",
     "straggler",
@@ -81,9 +77,10 @@ VERDICT_COLORS = (
     "#2e7d32",
     "#fb8c00",
     "#c62828",
-    "#bdbdbd",
+    "#d81b60",
+    "#e0e0e0",
     "#6a1b9a",
-    "#f9a825",
+    "#90a4ae",
     "#424242",
     "#64b5f6",
 )
@@ -93,19 +90,38 @@ def verdict(status: str, flags: dict[str, Any]) -> str:
     """The heat map's label for one participation.
 
     A succeeded update carries the aggregator's decision in ``flags``
-    (``{"selected": bool, "score": float | None, "flags": [str, ...]}``); one
-    without it was received but never aggregated (the round failed, or it is still
-    open). Other statuses say why there was no update to judge.
+    (``{"selected": bool, "score": float | None, "flags": [str, ...]}``) and,
+    when contribution accounting ran, its verdict under ``"contribution"``
+    (``{"flags": [...], "suspect": bool, ...}``); an update without either was
+    received but never aggregated (the round failed, or it is still open). Other
+    statuses say why there was no update to judge. "suspect" (free-riding or an
+    outlier score) outranks the aggregator's verdicts, which robust rules also
+    give honest clients with unusual data.
     """
     if status != "succeeded":
         return OUTCOME_OF_STATUS.get(status, status)
     if not flags:
         return "not aggregated"
+    contribution = flags.get("contribution")
+    if isinstance(contribution, dict) and contribution.get("suspect"):
+        return "suspect"
     if flags.get("selected") is False:
         return "excluded"
     if flags.get("flags"):
         return "flagged"
     return "accepted"
+
+
+def flag_labels(flags: dict[str, Any]) -> list[str]:
+    """The aggregator's flags plus contribution accounting's own (its ``agg:*``
+    labels repeat the aggregator's and are left out)."""
+    labels = [str(x) for x in flags.get("flags") or []]
+    contribution = flags.get("contribution")
+    if isinstance(contribution, dict):
+        for x in contribution.get("flags") or []:
+            if not str(x).startswith("agg:") and str(x) not in labels:
+                labels.append(str(x))
+    return labels
 
 
 # --------------------------------------------------------------------------- #
@@ -302,7 +318,7 @@ def participations_frame(
     rows = []
     for p in parts:
         score = p.flags.get("score")
-        labels = p.flags.get("flags") or []
+        labels = flag_labels(p.flags)
         rows.append(
             {
                 "round": p.round_number,
@@ -410,21 +426,23 @@ CLIENT_COLUMNS = [
 def clients_frame(
     clients: Sequence[ClientRecord],
     parts: pd.DataFrame,
-    metrics: Sequence[MetricRecord],
+    board: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per enrolled client with its history summed over the run.
 
     ``rounds_joined`` counts succeeded updates; ``flagged_rounds`` rounds where
-    the aggregator excluded or flagged the update; ``contribution_score`` is the
-    sum of the per-round ``contribution.score`` values, ``reward_share`` the
-    latest ``contribution.reward_share`` (both empty until contribution
-    accounting writes them).
+    the aggregator excluded or flagged the update (or contribution accounting
+    marked it suspect); ``contribution_score`` and ``reward_share`` come from
+    the :func:`contributions` leaderboard ``board`` (empty without one).
     """
     scores: dict[str, float] = {}
-    for m in metrics:
-        if m.name == METRIC_SCORE and m.client_id is not None:
-            scores[m.client_id] = scores.get(m.client_id, 0.0) + m.value
-    shares = latest_per_client(metrics, METRIC_REWARD)
+    shares: dict[str, float] = {}
+    if board is not None and not board.empty:
+        for row in board.itertuples(index=False):
+            if pd.notna(row.cumulative_score):
+                scores[str(row.client_id)] = float(row.cumulative_score)
+            if pd.notna(row.reward_share):
+                shares[str(row.client_id)] = float(row.reward_share)
     rows = []
     for c in clients:
         mine = parts[parts["client_id"] == c.id] if not parts.empty else parts
@@ -444,7 +462,7 @@ def clients_frame(
                 "rounds_rejected": int((mine["outcome"] == "rejected").sum()),
                 "rounds_straggled": int((mine["outcome"] == "straggler").sum()),
                 "flagged_rounds": int(
-                    mine["verdict"].isin(["flagged", "excluded"]).sum()
+                    mine["verdict"].isin(["flagged", "excluded", "suspect"]).sum()
                 ),
                 "flags": ", ".join(sorted(labels)),
                 "bytes_up": int(mine["bytes_up"].sum()),
@@ -481,474 +499,6 @@ def filter_clients(frame: pd.DataFrame, f: ClientFilter) -> pd.DataFrame:
     if f.flagged_only:
         keep &= frame["flagged_rounds"] > 0
     return frame[keep].reset_index(drop=True)
-
-
-# --------------------------------------------------------------------------- #
-# Contributions                                                                #
-# --------------------------------------------------------------------------- #
-
-
-def contribution_frames(
-    metrics: Sequence[MetricRecord], clients: Sequence[ClientRecord]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(leaderboard, per_round)`` from the contribution metrics.
-
-    The leaderboard ranks clients by cumulative score (sum over rounds of
-    ``contribution.score``) and shows the latest reward share; ``per_round`` is
-    ``round, client, score, cumulative`` for the score-over-time chart.
-    """
-    names = {c.id: c.name for c in clients}
-    per_round_rows = [
-        {
-            "round": m.round_number if m.round_number is not None else 0,
-            "client_id": m.client_id,
-            "client": names.get(m.client_id, m.client_id),
-            "score": m.value,
-        }
-        for m in metrics
-        if m.name == METRIC_SCORE and m.client_id is not None
-    ]
-    per_round = pd.DataFrame(
-        per_round_rows, columns=["round", "client_id", "client", "score"]
-    )
-    shares = latest_per_client(metrics, METRIC_REWARD)
-    if per_round.empty and not shares:
-        return (
-            pd.DataFrame(
-                columns=[
-                    "rank",
-                    "client",
-                    "client_id",
-                    "cumulative_score",
-                    "last_score",
-                    "rounds_scored",
-                    "reward_share",
-                ]
-            ),
-            per_round.assign(cumulative=pd.Series(dtype=float)),
-        )
-    per_round = per_round.sort_values(["client_id", "round"]).reset_index(drop=True)
-    per_round["cumulative"] = per_round.groupby("client_id")["score"].cumsum()
-    ids = sorted(set(per_round["client_id"]) | set(shares))
-    rows = []
-    for cid in ids:
-        mine = per_round[per_round["client_id"] == cid]
-        rows.append(
-            {
-                "client": names.get(cid, cid),
-                "client_id": cid,
-                "cumulative_score": float(mine["score"].sum()) if len(mine) else None,
-                "last_score": float(mine["score"].iloc[-1]) if len(mine) else None,
-                "rounds_scored": len(mine),
-                "reward_share": shares.get(cid),
-            }
-        )
-    board = pd.DataFrame(rows)
-    board = board.sort_values(
-        ["cumulative_score", "reward_share"], ascending=False, na_position="last"
-    ).reset_index(drop=True)
-    board.insert(0, "rank", range(1, len(board) + 1))
-    return board, per_round
-
-
-# Tables of store migration 0002 (contribution ledger). A database the
-# coordinator last migrated to 0001 lacks them; the read-only monitor never
-# migrates, so it checks for them instead of letting a query fail.
-LEDGER_TABLES = ("ledger_entries", "ledger_heads")
-
-
-def missing_ledger_tables(engine: Engine) -> list[str]:
-    """Ledger tables absent from the database (empty when the ledger exists)."""
-    present = set(inspect(engine).get_table_names())
-    return [t for t in LEDGER_TABLES if t not in present]
-
-
-LedgerState = Literal["verified", "broken", "empty", "missing", "unavailable", "error"]
-
-
-@dataclass(frozen=True)
-class LedgerProblemRow:
-    """One problem the verifier found, tied to an entry (``seq``) when it can be."""
-
-    kind: str
-    message: str
-    seq: int | None
-
-
-@dataclass(frozen=True)
-class LedgerCheck:
-    """Outcome of verifying a run's ledger, for the green/red badge."""
-
-    state: LedgerState
-    message: str
-    entries: int = 0
-    signed: bool = False
-    key_id: str | None = None
-    problems: tuple[LedgerProblemRow, ...] = ()
-
-    @property
-    def first_bad_seq(self) -> int | None:
-        """The lowest entry ``seq`` named by a problem (``None`` if none is)."""
-        seqs = [p.seq for p in self.problems if p.seq is not None]
-        return min(seqs) if seqs else None
-
-
-def verify_ledger(store: Store, engine: Engine, run_id: str) -> LedgerCheck:
-    """Verify the run's hash chain and head signature.
-
-    The hashing and signature scheme belong to :mod:`fedplat.contribution.ledger`;
-    the monitor calls its verifier rather than re-implementing it, which could
-    paint a sound ledger red or a forged one green. When the tables or the
-    verifier are absent it says so plainly.
-    """
-    missing = missing_ledger_tables(engine)
-    if missing:
-        return LedgerCheck(
-            "missing",
-            f"This database has no contribution ledger (tables {missing} are "
-            "absent): they come with store migration 0002, which the coordinator "
-            "applies when it starts; this database was last migrated by an older "
-            "version.",
-        )
-    entries = store.list_ledger_entries(run_id)
-    head = store.get_ledger_head(run_id)
-    if not entries and head is None:
-        return LedgerCheck(
-            "empty",
-            "No ledger entries for this run: contribution accounting did not "
-            "record any (it may be disabled for this run).",
-        )
-    try:
-        from fedplat.contribution.ledger import verify_run_ledger
-    except ImportError as exc:
-        return LedgerCheck(
-            "unavailable",
-            f"The ledger has {len(entries)} entries, but its verifier "
-            f"(fedplat.contribution.ledger) cannot be imported here: {exc}",
-            entries=len(entries),
-        )
-    try:
-        report = verify_run_ledger(store, run_id)
-    except Exception as exc:  # a verifier crash must not take the page down
-        return LedgerCheck(
-            "error",
-            f"Verification raised {type(exc).__name__}: {exc}",
-            entries=len(entries),
-        )
-    problems = tuple(
-        LedgerProblemRow(p.kind, p.message, p.seq) for p in report.problems
-    )
-    if report.ok:
-        how = (
-            "signed, key " + (report.key_id or "?")[:16]
-            if report.signed
-            else ("unsigned")
-        )
-        return LedgerCheck(
-            "verified",
-            f"{report.entries} entries, chain intact ({how})",
-            entries=report.entries,
-            signed=report.signed,
-            key_id=report.key_id,
-        )
-    return LedgerCheck(
-        "broken",
-        f"{len(problems)} problem(s) in {report.entries} entries",
-        entries=report.entries,
-        signed=report.signed,
-        key_id=report.key_id,
-        problems=problems,
-    )
-
-
-def ledger_frame(
-    entries: Sequence[LedgerEntryRecord], check: LedgerCheck | None = None
-) -> pd.DataFrame:
-    """The run's ledger entries in chain order, their content decoded, with the
-    verifier's problems (if any) on the entries they concern."""
-    by_seq: dict[int, list[str]] = {}
-    for p in check.problems if check is not None else ():
-        if p.seq is not None:
-            by_seq.setdefault(p.seq, []).append(f"{p.kind}: {p.message}")
-    rows = []
-    for e in entries:
-        try:
-            payload = json.loads(e.payload_json)
-        except ValueError:
-            payload = {}
-        if not isinstance(payload, dict):
-            payload = {}
-        scores = payload.get("scores") or {}
-        rows.append(
-            {
-                "seq": e.seq,
-                "round": e.round_number,
-                "client_id": e.client_id,
-                "scores": ", ".join(
-                    f"{k}={v:.4g}" if isinstance(v, int | float) else f"{k}={v}"
-                    for k, v in sorted(scores.items())
-                )
-                if isinstance(scores, dict)
-                else str(scores),
-                "flags": ", ".join(str(f) for f in payload.get("flags") or []),
-                "reward_share": payload.get("reward_share"),
-                "entry_hash": e.entry_hash[:16],
-                "signed": e.signature is not None,
-                "problem": "; ".join(by_seq.get(e.seq, [])),
-            }
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "seq",
-            "round",
-            "client_id",
-            "scores",
-            "flags",
-            "reward_share",
-            "entry_hash",
-            "signed",
-            "problem",
-        ],
-    )
-
-
-# --------------------------------------------------------------------------- #
-# Gossip                                                                       #
-# --------------------------------------------------------------------------- #
-
-#: Event kinds that change the gossip graph, and what each does.
-NODE_DOWN = ("gossip_node_removed",)
-NODE_UP = ("gossip_node_rejoined",)
-LINK_DOWN = ("gossip_link_cut", "gossip_partition")
-LINK_UP = ("gossip_link_healed", "gossip_heal")
-
-Edge = tuple[str, str]
-
-
-def _edge(u: object, v: object) -> Edge:
-    a, b = str(u), str(v)
-    return (a, b) if a <= b else (b, a)
-
-
-@dataclass(frozen=True)
-class GossipTopology:
-    """The base graph of a gossip run, with node ids as strings."""
-
-    nodes: tuple[str, ...]
-    edges: tuple[Edge, ...]
-    positions: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: Nodes that forward models but hold no data (``topology.relay``).
-    relay: frozenset[str] = frozenset()
-
-
-def gossip_topology(run: RunRecord) -> GossipTopology | None:
-    """The graph from the run config's ``topology`` (``None`` if absent)."""
-    topo = run.config.get("topology")
-    if not isinstance(topo, dict):
-        return None
-    raw_edges = topo.get("edges") or []
-    edges = tuple(sorted({_edge(e[0], e[1]) for e in raw_edges if len(e) >= 2}))
-    nodes = [str(n) for n in topo.get("nodes") or []]
-    for u, v in edges:  # tolerate an edge list without a node list
-        nodes.extend((u, v))
-    ordered = tuple(dict.fromkeys(nodes))
-    if not ordered:
-        return None
-    pos: dict[str, tuple[float, float]] = {}
-    raw_pos = topo.get("positions") or topo.get("pos") or {}
-    if isinstance(raw_pos, dict):
-        for k, xy in raw_pos.items():
-            if isinstance(xy, list | tuple) and len(xy) >= 2:
-                pos[str(k)] = (float(xy[0]), float(xy[1]))
-    if set(pos) != set(ordered):
-        pos = spring_layout(ordered, edges)
-    relay = frozenset(str(v) for v in topo.get("relay") or [])
-    return GossipTopology(ordered, edges, pos, relay)
-
-
-def spring_layout(
-    nodes: Sequence[str], edges: Sequence[Edge], iterations: int = 150, seed: int = 0
-) -> dict[str, tuple[float, float]]:
-    """Fruchterman-Reingold positions in ``[0, 1]^2``, deterministic for a graph.
-
-    A few lines of numpy instead of networkx, which the monitor does not depend
-    on; ``O(n^2)`` per iteration is instant for the few hundred nodes one can
-    read on a screen.
-    """
-    n = len(nodes)
-    if n == 0:
-        return {}
-    if n == 1:
-        return {nodes[0]: (0.5, 0.5)}
-    index = {v: i for i, v in enumerate(nodes)}
-    rng = np.random.default_rng(seed)
-    # Start on a circle (not at random) so rings and sparse graphs stay readable.
-    angle = np.linspace(0, 2 * np.pi, n, endpoint=False)
-    xy = np.stack([np.cos(angle), np.sin(angle)], axis=1) + rng.normal(0, 0.01, (n, 2))
-    adj = np.zeros((n, n))
-    for u, v in edges:
-        if u in index and v in index:
-            adj[index[u], index[v]] = adj[index[v], index[u]] = 1.0
-    k = 1.0 / math.sqrt(n)  # ideal edge length for a unit area
-    temp = 0.1
-    for _ in range(iterations):
-        delta = xy[:, None, :] - xy[None, :, :]  # [n, n, 2]
-        dist = np.maximum(np.linalg.norm(delta, axis=-1), 1e-3)  # [n, n]
-        force = k * k / dist - adj * dist * dist / k  # repulsion - attraction
-        disp = np.einsum("ij,ijk->ik", force / dist, delta)  # [n, 2]
-        length = np.maximum(np.linalg.norm(disp, axis=1, keepdims=True), 1e-9)
-        xy += disp / length * np.minimum(length, temp)
-        temp *= 0.97
-    xy -= xy.min(axis=0)
-    xy /= np.maximum(xy.max(axis=0), 1e-9)
-    return {v: (float(xy[i, 0]), float(xy[i, 1])) for v, i in index.items()}
-
-
-@dataclass(frozen=True)
-class GraphState:
-    """Which nodes are dead and which links are cut during one round."""
-
-    round: int
-    dead: frozenset[str]
-    cut: frozenset[Edge]
-    changes: tuple[str, ...]
-
-
-def graph_state(events: Iterable[EventRecord], round_number: int) -> GraphState:
-    """Replay ``gossip_*`` events up to the graph used *during* ``round_number``.
-
-    A change recorded at round ``r`` is applied after round ``r``'s exchange and
-    holds from round ``r + 1`` (changes at round 0 hold from the first round), so
-    the graph during round ``R`` has every change with ``r < R``. Events carry the
-    affected ``nodes`` and ``edges`` (``[u, v]`` pairs) in ``details``.
-    """
-    dead: set[str] = set()
-    cut: set[Edge] = set()
-    messages: list[str] = []
-    ordered = sorted(
-        (e for e in events if e.kind.startswith("gossip_")),
-        key=lambda e: (e.round_number or 0, e.created_at, e.id),
-    )
-    for e in ordered:
-        if (e.round_number or 0) >= round_number:
-            continue
-        nodes = {str(n) for n in e.details.get("nodes") or []}
-        edges = {
-            _edge(x[0], x[1])
-            for x in e.details.get("edges") or []
-            if isinstance(x, list | tuple) and len(x) >= 2
-        }
-        if e.kind in NODE_DOWN:
-            dead |= nodes
-        elif e.kind in NODE_UP:
-            dead -= nodes
-        elif e.kind in LINK_DOWN:
-            cut |= edges
-        elif e.kind in LINK_UP:
-            cut -= edges
-        else:
-            continue
-        messages.append(f"round {e.round_number or 0}: {e.message}")
-    return GraphState(round_number, frozenset(dead), frozenset(cut), tuple(messages))
-
-
-def node_accuracy_at(
-    metrics: Iterable[MetricRecord], round_number: int
-) -> dict[str, float]:
-    """Each node's latest ``gossip.accuracy`` at or before ``round_number``
-    (accuracy is measured on evaluation rounds only)."""
-    best: dict[str, tuple[int, float]] = {}
-    for m in metrics:
-        if m.name != METRIC_GOSSIP_NODE_ACC or m.client_id is None:
-            continue
-        r = m.round_number or 0
-        if r > round_number:
-            continue
-        prev = best.get(m.client_id)
-        if prev is None or r >= prev[0]:
-            best[m.client_id] = (r, m.value)
-    return {c: v for c, (_, v) in best.items()}
-
-
-def gossip_graph_frames(
-    topo: GossipTopology, state: GraphState, accuracy: dict[str, float]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(nodes, edges)`` frames for the graph chart.
-
-    ``nodes``: ``node, x, y, state ("alive"/"dead"), role ("data"/"relay"),
-    accuracy, degree`` (live links);
-    ``edges``: ``u, v, x, y, x2, y2, state ("up"/"cut"/"dead node")``. A link to a
-    dead node is drawn as down even if it was never cut itself.
-    """
-    alive_degree = dict.fromkeys(topo.nodes, 0)
-    edge_rows = []
-    for u, v in topo.edges:
-        if u in state.dead or v in state.dead:
-            st = "dead node"
-        elif (u, v) in state.cut:
-            st = "cut"
-        else:
-            st = "up"
-            alive_degree[u] += 1
-            alive_degree[v] += 1
-        (x, y), (x2, y2) = topo.positions[u], topo.positions[v]
-        edge_rows.append(
-            {"u": u, "v": v, "x": x, "y": y, "x2": x2, "y2": y2, "state": st}
-        )
-    node_rows = [
-        {
-            "node": n,
-            "x": topo.positions[n][0],
-            "y": topo.positions[n][1],
-            "state": "dead" if n in state.dead else "alive",
-            "role": "relay" if n in topo.relay else "data",
-            "accuracy": accuracy.get(n),
-            "degree": alive_degree[n],
-        }
-        for n in topo.nodes
-    ]
-    return (
-        pd.DataFrame(
-            node_rows,
-            columns=["node", "x", "y", "state", "role", "accuracy", "degree"],
-        ),
-        pd.DataFrame(edge_rows, columns=["u", "v", "x", "y", "x2", "y2", "state"]),
-    )
-
-
-def live_components(topo: GossipTopology, state: GraphState) -> int:
-    """Connected components among live nodes over links that are up."""
-    parent = {n: n for n in topo.nodes if n not in state.dead}
-
-    def find(v: str) -> str:
-        while parent[v] != v:
-            parent[v] = parent[parent[v]]  # path halving
-            v = parent[v]
-        return v
-
-    for u, v in topo.edges:
-        if u in parent and v in parent and (u, v) not in state.cut:
-            parent[find(u)] = find(v)
-    return len({find(v) for v in parent})
-
-
-def gossip_series(metrics: Sequence[MetricRecord]) -> pd.DataFrame:
-    """Long frame ``round, metric, value`` of the run-level gossip metrics."""
-    frames = []
-    for name in GOSSIP_RUN_METRICS:
-        s = round_series(metrics, name)
-        if not s.empty:
-            frames.append(s.assign(metric=name.removeprefix("gossip.")))
-    if not frames:
-        return pd.DataFrame(columns=["round", "metric", "value"])
-    return pd.concat(frames, ignore_index=True)[["round", "metric", "value"]]
-
-
-def gossip_rounds(run: RunRecord, metrics: Sequence[MetricRecord]) -> int:
-    """The last round a gossip run has data for (0 if none)."""
-    seen = [m.round_number for m in metrics if m.round_number is not None]
-    return max([run.current_round, *seen])
 
 
 # --------------------------------------------------------------------------- #
@@ -989,11 +539,9 @@ def failure_reason(run: RunRecord, events: Sequence[EventRecord]) -> str | None:
 
 __all__ = [
     "CLIENT_COLUMNS",
-    "GOSSIP_RUN_METRICS",
-    "LEDGER_TABLES",
+    "EPSILON_UNBOUNDED",
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
-    "METRIC_GOSSIP_NODE_ACC",
     "METRIC_REWARD",
     "METRIC_SCORE",
     "OUTCOMES",
@@ -1005,34 +553,19 @@ __all__ = [
     "VERDICTS",
     "VERDICT_COLORS",
     "ClientFilter",
-    "GossipTopology",
-    "GraphState",
-    "LedgerCheck",
-    "LedgerProblemRow",
     "clients_frame",
-    "contribution_frames",
     "events_frame",
     "failure_reason",
     "filter_clients",
+    "flag_labels",
     "format_bytes",
     "format_duration",
-    "gossip_graph_frames",
-    "gossip_rounds",
-    "gossip_series",
-    "gossip_topology",
-    "graph_state",
     "latest_per_client",
-    "ledger_frame",
-    "live_components",
-    "missing_ledger_tables",
-    "node_accuracy_at",
     "outcome_counts",
     "participations_frame",
     "round_series",
     "rounds_frame",
     "runs_frame",
-    "spring_layout",
     "traffic_frame",
     "verdict",
-    "verify_ledger",
 ]

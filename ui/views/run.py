@@ -23,7 +23,7 @@ def _header(run: RunRecord, rounds_open: bool) -> None:
             "Gossip page."
         )
         st.page_link(
-            "pages/gossip.py",
+            "views/gossip.py",
             label="Open the Gossip page",
             icon=":material/share:",
             query_params={"run": run.id},
@@ -95,7 +95,7 @@ def _body(url: str, run_id: str) -> None:
     left, right = st.columns(2)
     with left:
         if completed["accuracy"].notna().any():
-            st.altair_chart(charts.accuracy_chart(rounds), width="stretch")
+            common.show(charts.accuracy_chart(rounds))
         else:
             st.info(
                 "No accuracy yet: the global model is evaluated when a round "
@@ -103,7 +103,7 @@ def _body(url: str, run_id: str) -> None:
             )
     with right:
         if completed["loss"].notna().any():
-            st.altair_chart(charts.loss_chart(rounds), width="stretch")
+            common.show(charts.loss_chart(rounds))
         else:
             st.info("No loss yet.")
 
@@ -113,7 +113,7 @@ def _body(url: str, run_id: str) -> None:
         if counts.empty:
             st.info("No participations recorded yet.")
         else:
-            st.altair_chart(charts.outcomes_chart(counts), width="stretch")
+            common.show(charts.outcomes_chart(counts))
             st.caption(
                 "Stragglers answered late or not at all before the round "
                 "closed; rejected updates failed validation."
@@ -123,7 +123,7 @@ def _body(url: str, run_id: str) -> None:
         if traffic.empty or traffic["bytes"].sum() == 0:
             st.info("No bytes transferred yet.")
         else:
-            st.altair_chart(charts.traffic_chart(traffic), width="stretch")
+            common.show(charts.traffic_chart(traffic))
 
     left, right = st.columns(2)
     with left:
@@ -135,11 +135,10 @@ def _body(url: str, run_id: str) -> None:
                 "predates compression reporting."
             )
         else:
-            st.altair_chart(
+            common.show(
                 charts.metric_chart(
                     ratio, title="Compression ratio", y_title="dense / sent bytes"
-                ),
-                width="stretch",
+                )
             )
     with right:
         eps = data.round_series(metrics, data.METRIC_EPSILON)
@@ -150,20 +149,28 @@ def _body(url: str, run_id: str) -> None:
                 "predates privacy reporting."
             )
         else:
-            st.altair_chart(
-                charts.metric_chart(
-                    eps, title="Privacy spent (ε) per round", y_title="ε"
-                ),
-                width="stretch",
-            )
+            bounded = eps[eps["value"] < data.EPSILON_UNBOUNDED]
+            if not bounded.empty:
+                common.show(
+                    charts.metric_chart(
+                        bounded, title="Privacy spent (ε) per round", y_title="ε"
+                    )
+                )
+            if len(bounded) < len(eps):
+                first = int(eps[eps["value"] >= data.EPSILON_UNBOUNDED]["round"].min())
+                st.warning(
+                    f"ε is unbounded from round {first} on: the accountant can no "
+                    "longer bound the privacy loss (noise too small for the "
+                    "rounds run)."
+                )
 
     st.subheader("Aggregator verdicts")
     if parts.empty:
         st.info("No updates yet.")
     else:
-        st.altair_chart(charts.flags_heatmap(parts), width="stretch")
-        if not (parts["verdict"].isin(["flagged", "excluded"])).any():
-            st.caption("No client has been flagged or excluded by the aggregator.")
+        common.show(charts.flags_heatmap(parts))
+        if not (parts["verdict"].isin(["flagged", "excluded", "suspect"])).any():
+            st.caption("No client has been flagged, excluded or found suspect.")
 
     with st.expander("Rounds", expanded=False):
         st.dataframe(rounds, hide_index=True)

@@ -4,7 +4,7 @@ distance and connected components, at any round picked on a slider."""
 from __future__ import annotations
 
 import streamlit as st
-from fedplat.ui import charts, common, data
+from fedplat.ui import charts, common, data, graph
 
 from fedplat.store import StoreError
 
@@ -15,7 +15,7 @@ def _body(url: str, run_id: str) -> None:
         st.warning("This run is no longer in the store.")
         return
     st.markdown(f"## {run.name} {common.status_badge(run.status)}")
-    topo = data.gossip_topology(run)
+    topo = graph.gossip_topology(run)
     if topo is None:
         st.warning(
             "This run's config has no `topology` (`nodes` and `edges`), so the "
@@ -24,7 +24,7 @@ def _body(url: str, run_id: str) -> None:
         return
     metrics = common.load_metrics(url, run_id)
     events = common.load_gossip_events(url, run_id)
-    last = data.gossip_rounds(run, metrics)
+    last = graph.gossip_rounds(run, metrics)
     if last < 1:
         st.info(
             f"The graph has {len(topo.nodes)} nodes and {len(topo.edges)} links; "
@@ -40,14 +40,14 @@ def _body(url: str, run_id: str) -> None:
             round_number = st.slider(
                 "Round", min_value=1, max_value=last, value=last, key="gossip_round"
             )
-    state = data.graph_state(events, round_number)
-    accuracy = data.node_accuracy_at(metrics, round_number)
-    nodes, edges = data.gossip_graph_frames(topo, state, accuracy)
+    state = graph.graph_state(events, round_number)
+    accuracy = graph.node_accuracy_at(metrics, round_number)
+    nodes, edges = graph.gossip_graph_frames(topo, state, accuracy)
 
     comps = data.round_series(metrics, "gossip.components")
     at_round = comps[comps["round"] == round_number]["value"]
     n_comp = (
-        int(at_round.iloc[-1]) if len(at_round) else data.live_components(topo, state)
+        int(at_round.iloc[-1]) if len(at_round) else graph.live_components(topo, state)
     )
     live_acc = [
         accuracy[n] for n in topo.nodes if n in accuracy and n not in state.dead
@@ -66,7 +66,7 @@ def _body(url: str, run_id: str) -> None:
 
     left, right = st.columns([3, 2])
     with left:
-        st.altair_chart(charts.gossip_graph_chart(nodes, edges), width="stretch")
+        common.show(charts.gossip_graph_chart(nodes, edges))
         st.caption(
             "Grey crosses: dead nodes. Dashed red: cut links. Dotted grey: "
             f"links to dead nodes. Graph as used during round {round_number}."
@@ -75,7 +75,7 @@ def _body(url: str, run_id: str) -> None:
         st.markdown("**Per-node accuracy**")
         if not accuracy:
             st.info(
-                f"No per-node accuracy (`{data.METRIC_GOSSIP_NODE_ACC}`) at or "
+                f"No per-node accuracy (`{graph.METRIC_GOSSIP_NODE_ACC}`) at or "
                 "before this round; nodes are evaluated on evaluation rounds."
             )
         else:
@@ -95,14 +95,14 @@ def _body(url: str, run_id: str) -> None:
         else:
             st.caption("None: the graph is intact.")
 
-    series = data.gossip_series(metrics)
+    series = graph.gossip_series(metrics)
     if series.empty:
         st.info(
             "No run-level gossip metrics yet (mean/min accuracy, consensus "
             "distance, components)."
         )
     else:
-        st.altair_chart(charts.gossip_series_chart(series, round_number))
+        common.show(charts.gossip_series_chart(series, round_number))
 
 
 def render() -> None:

@@ -77,7 +77,7 @@ def render() -> None:
         rows = event.selection.rows if event is not None else []
         if rows:
             row = runs.iloc[rows[0]]
-            page = "pages/gossip.py" if row["mode"] == "gossip" else "pages/run.py"
+            page = "views/gossip.py" if row["mode"] == "gossip" else "views/run.py"
             st.session_state[common.RUN_KEY] = row["run_id"]
             st.switch_page(page, query_params={"run": row["run_id"]})
 
