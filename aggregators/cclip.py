@@ -5,7 +5,7 @@ for Byzantine robust optimization", Eq. (2)).
 ``clip_tau(z) = z * min(1, tau / ||z||)``, starting from the previous round's
 output (the reference point, kept in :meth:`state_dict`; zero in the first round,
 as in the authors' code). The iterates stay affine combinations of the rows and
-the reference point, so distances come from one centered Gram matrix of the
+the reference point, so distances come from one Gram matrix of the
 ``n + 1`` vectors and the stack is read twice in total.
 """
 
@@ -20,7 +20,7 @@ from fedplat.aggregators.base import (
     check_float,
     check_int,
 )
-from fedplat.aggregators.distances import combination_sq_distances, gram
+from fedplat.aggregators.distances import accurate_gram, combination_sq_distances
 
 
 class CenteredClipping(Rule):
@@ -59,7 +59,7 @@ class CenteredClipping(Rule):
                 f"{self.name}: reference point has {center.shape[0]} entries, updates "
                 f"have d={d}; reset the aggregator state for a new model"
             )
-        g = gram(updates, center=True, extra=center[None])  # [n + 1, n + 1]
+        g = accurate_gram(updates, extra=center[None])  # [n + 1, n + 1]
         w = weights.to(torch.float64)
         # Coefficients over [x_1 .. x_n, reference]; they always sum to 1.
         coef = torch.zeros(n + 1, dtype=torch.float64)

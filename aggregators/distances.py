@@ -9,16 +9,24 @@ reference implementations). Squared distances follow from
 ``||x_i - x_j||^2 = G_ii + G_jj - 2 G_ij``.
 
 That identity cancels catastrophically when the rows share a large common
-component (honest updates are close to each other relative to their norms), so
-:func:`centered_gram` subtracts the column mean of each block of columns before the
-GEMM (distances are invariant to translating every row by the same vector) and
-accumulates the per-block products in float64. The float32 GEMM of a block then
-loses ~1e-7 of ``||x_i - c||^2`` rather than of ``||x_i||^2``.
+component (honest updates close to each other relative to their norms): a float32
+GEMM over a block of ``K`` columns loses up to ~``1e-5 * ||x_i||^2``. The centered
+form subtracts the column mean of each block before the GEMM (distances are
+invariant to translating every row by the same vector) and so loses that fraction
+of ``||x_i - c||^2`` instead; it costs two more passes over each block.
+:func:`accurate_gram` takes the plain GEMM (the memory-bound floor) and redoes it
+centered only when some pair of rows is too close for it to be accurate. Block
+products are always accumulated in float64.
 """
 
 from __future__ import annotations
 
 import torch
+
+# Plain Gram is kept when every pair satisfies
+# ||x_i - x_j||^2 >= _MIN_SEPARATION * (||x_i||^2 + ||x_j||^2): then the GEMM's
+# ~1e-5 relative rounding is at most ~1e-3 of any distance.
+_MIN_SEPARATION = 1e-2
 
 # Columns per block: 50 rows x 32768 float32 = 6.5 MB, large enough for the GEMM
 # to run at full speed, small enough that the block stays in cache between the
@@ -76,10 +84,34 @@ def sq_distances_from_gram(g: torch.Tensor) -> torch.Tensor:
     return d2
 
 
+def well_separated(g: torch.Tensor) -> bool:
+    """Whether an uncentered Gram matrix ``[n, n]`` gives accurate distances."""
+    n = g.shape[0]
+    if n < 2:
+        return True
+    diag = torch.diagonal(g)
+    scale = diag[:, None] + diag[None, :]
+    d2 = sq_distances_from_gram(g)
+    off = ~torch.eye(n, dtype=torch.bool)
+    return bool((d2[off] >= _MIN_SEPARATION * scale[off]).all())
+
+
+def accurate_gram(x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    """Gram matrix ``[n + k, n + k]`` (float64) good for distances between rows.
+
+    The plain GEMM when the rows are well separated (:func:`well_separated`),
+    else the centered one. Inner products of *affine* combinations of rows (and
+    distances) are the same for both; raw inner products are not, so use
+    :func:`gram` with ``center=False`` when those are needed.
+    """
+    g = gram(x, center=False, extra=extra)
+    return g if well_separated(g) else gram(x, center=True, extra=extra)
+
+
 def pairwise_sq_distances(x: torch.Tensor) -> torch.Tensor:
     """Squared Euclidean distances between the rows of ``x`` ``[n, d]`` -> ``[n, n]``
-    (float64), via :func:`centered <gram>` Gram matrix."""
-    return sq_distances_from_gram(gram(x, center=True))
+    (float64), from :func:`accurate_gram`."""
+    return sq_distances_from_gram(accurate_gram(x))
 
 
 def combination_sq_distances(g: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:

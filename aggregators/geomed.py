@@ -4,7 +4,7 @@ Algorithm 3).
 
 Every Weiszfeld iterate is a convex combination ``v = sum_i c_i x_i`` of the rows,
 so the iteration runs on the coefficient vector ``c`` ``[n]`` with distances
-``||x_i - v||`` taken from one centered Gram matrix: the ``[n, d]`` stack is read
+``||x_i - v||`` taken from one Gram matrix (:func:`accurate_gram`): the stack is read
 once for the Gram matrix and once for the final combination, however many
 iterations run.
 """
@@ -21,7 +21,7 @@ from fedplat.aggregators.base import (
     check_float,
     check_int,
 )
-from fedplat.aggregators.distances import combination_sq_distances, gram
+from fedplat.aggregators.distances import accurate_gram, combination_sq_distances
 
 
 def smoothed_weiszfeld(
@@ -42,7 +42,7 @@ def smoothed_weiszfeld(
     Parameters
     ----------
     g : torch.Tensor
-        ``[n, n]`` (centered) Gram matrix, float64.
+        ``[n, n]`` Gram matrix (plain or centered), float64.
     alpha : torch.Tensor
         ``[n]`` non-negative weights summing to 1, float64.
     """
@@ -93,7 +93,7 @@ class GeometricMedian(Rule):
     def aggregate_rows(
         self, updates: torch.Tensor, weights: torch.Tensor
     ) -> RuleOutput:
-        g = gram(updates, center=True)
+        g = accurate_gram(updates)
         alpha = weights.to(torch.float64)
         coef, _ = smoothed_weiszfeld(g, alpha, self.nu, self.max_iter, self.tol)
         agg = coef.to(updates.dtype) @ updates

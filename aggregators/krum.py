@@ -1,6 +1,6 @@
 """Krum and Multi-Krum (Blanchard et al., NeurIPS 2017; El Mhamdi et al., ICML 2018).
 
-All pairwise distances come from one centered Gram matrix
+All pairwise distances come from one Gram matrix
 (:func:`fedplat.aggregators.distances.pairwise_sq_distances`), so the cost is one
 GEMM plus one GEMV for the average, whatever ``n``.
 """
