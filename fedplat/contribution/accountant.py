@@ -57,7 +57,10 @@ from fedplat.contribution.ledger import (
 )
 from fedplat.contribution.rewards import reward_shares
 from fedplat.contribution.scorers import RoundGame, get_scorer
-from fedplat.contribution.similarity import coordinate_median, cosine_to_others
+from fedplat.contribution.similarity import (
+    coordinate_median,
+    max_abs_cosine_to_others,
+)
 from fedplat.contribution.utility import (
     AggregateFn,
     SubsetUtility,
@@ -656,10 +659,10 @@ class ContributionAccountant:
             return labels, []
         norms = torch.linalg.vector_norm(updates.double(), dim=1)
         zero = zero_updates(norms, th.zero_norm)
-        cos = (
-            cosine_to_others(updates) if n >= 2 else torch.ones(n, dtype=torch.float64)
+        rand = (
+            random_updates(max_abs_cosine_to_others(updates), int(d), th.random_sigmas)
+            & ~zero
         )
-        rand = random_updates(cos, int(d), th.random_sigmas) & ~zero
         if self._sketch is None or self._sketch.dim != d:
             self._sketch = CountSketch(
                 int(d), self.cfg.flags.sketch_width, self.cfg.seed

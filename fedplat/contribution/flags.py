@@ -6,7 +6,7 @@ A flag is a short label. Some only *describe* what happened (``agg:excluded``,
 * free-riding (ALGORITHMS.md 5, "free-riders get nothing"):
   ``zero-update`` (no change sent), ``replayed-update`` (the client's own previous
   update, or the previous global step, sent again), ``random-update`` (a direction
-  indistinguishable from noise: ``|cos|`` to the sum of the other updates below
+  indistinguishable from noise: ``|cos|`` with every other update below
   ``sigmas / sqrt(d)``, the spread of a random direction's cosine);
 * ``low-score-outlier``: a negative primary score that is also a robust outlier
   of the round (modified z-score below ``-outlier_z``; Iglewicz & Hoaglin, 1993).
@@ -143,13 +143,14 @@ def random_updates(
 ) -> torch.Tensor:
     """``[n]`` bool: rows as orthogonal to the others as random noise is.
 
-    ``cosines`` are each row's cosine to the sum of the other rows
-    (:func:`fedplat.contribution.similarity.cosine_to_others`).
+    ``cosines`` are each row's largest ``|cos|`` with another row
+    (:func:`fedplat.contribution.similarity.max_abs_cosine_to_others`).
 
     A direction drawn uniformly at random in ``R^d`` has a cosine of mean 0 and
     standard deviation ``~1/sqrt(d)`` with any fixed vector, so ``|cos|`` below
-    ``random_sigmas / sqrt(d)`` is what noise looks like; a trained update keeps
-    a cosine of order 0.1 or more with the aggregate even on non-IID data.
+    ``random_sigmas / sqrt(d)`` with every other update is what noise looks
+    like; a trained update shares a cosine of order 0.1 with some other
+    update even on non-IID data.
     """
     n = cosines.shape[0]
     if dim < _MIN_DIM_FOR_RANDOM or n < 3:
