@@ -608,6 +608,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- monitor
+def _die_with_parent() -> None:
+    """In the Streamlit child: get SIGTERM when ``fedplat monitor`` dies.
+
+    A monitor killed outright (SIGKILL, the OOM killer, a test's teardown) cannot
+    forward a signal; without this its Streamlit server lives on as an orphan,
+    holding the port. Linux only (prctl); elsewhere nothing changes.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     """Serve the Streamlit monitor (``fedplat.ui``) on a store, read-only."""
     import importlib.util
@@ -638,7 +652,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         "--browser.gatherUsageStats",
         "false",
     ]
-    proc = subprocess.Popen(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
 
     def _forward(signum: int, frame: Any) -> None:
         proc.send_signal(signum)
