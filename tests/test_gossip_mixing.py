@@ -56,7 +56,7 @@ def test_metropolis_hastings_star_by_hand() -> None:
     assert w[1, 2] == 0.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(graphs())
 def test_metropolis_hastings_is_symmetric_doubly_stochastic(a: torch.Tensor) -> None:
     w = mx.metropolis_hastings(a)
@@ -71,7 +71,7 @@ def test_metropolis_hastings_is_symmetric_doubly_stochastic(a: torch.Tensor) -> 
     assert bool(((off > 0) == a).all())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(graphs())
 def test_metropolis_hastings_row_equals_matrix_row(a: torch.Tensor) -> None:
     w = mx.metropolis_hastings(a)
@@ -129,7 +129,7 @@ def test_data_weighted_empty_neighbourhood_keeps_own_model() -> None:
     torch.testing.assert_close(w, torch.eye(3, dtype=torch.float64))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(graphs(), st.data())
 def test_data_weighted_rows_are_stochastic_and_local(
     a: torch.Tensor, data: st.DataObject
@@ -235,7 +235,7 @@ def test_push_sum_share() -> None:
 # ------------------------------------------------------------------------ NoLoCo
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(graphs(), st.integers(0, 2**31 - 1))
 def test_random_pairs_is_a_matching_of_edges(a: torch.Tensor, seed: int) -> None:
     partner = mx.random_pairs(a, torch.Generator().manual_seed(seed))

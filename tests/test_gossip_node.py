@@ -279,7 +279,7 @@ def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
 
     def make(i: int, **over: Any) -> PeerNode:
         seeds = tuple(f"{j}@127.0.0.1:{ports[j]}" for j in range(3) if j != i)
-        return _node(data, i, ports[i], seeds, rounds=40, min_round_s=0.1, **over)
+        return _node(data, i, ports[i], seeds, rounds=60, min_round_s=0.05, **over)
 
     a, b, c = make(0), make(1), make(2)
     threads = [threading.Thread(target=nd.run, daemon=True) for nd in (a, b, c)]

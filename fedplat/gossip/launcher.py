@@ -266,7 +266,10 @@ class ProcessLauncher:
             link_bytes: dict[tuple[int, int], int] = {}
             for i, p in seen.items():
                 for nb in p.neighbours:
-                    e = (min(i, int(nb.node_id)), max(i, int(nb.node_id)))
+                    if not nb.node_id.isdigit():
+                        continue  # not a scenario node (an intruder, a tool)
+                    j = int(nb.node_id)
+                    e = (min(i, j), max(i, j))
                     link_bytes[e] = link_bytes.get(e, 0) + nb.bytes_sent
             self.recorder.finish(
                 link_bytes,
@@ -296,10 +299,12 @@ class ProcessLauncher:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         codes: dict[int, int | None] = {}
+        end = time.monotonic() + 60  # all stop in parallel; slow on a busy host
         for i, p in self.procs.items():
             try:
-                codes[i] = p.wait(timeout=15)
+                codes[i] = p.wait(timeout=max(1.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning("node %d did not stop within 60 s; killing it", i)
                 p.kill()
                 codes[i] = p.wait(timeout=5)
         for c in self.clients.values():
