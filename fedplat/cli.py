@@ -644,9 +644,13 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         return 2
     from fedplat.ui import APP_PATH, DB_ENV, REFRESH_ENV, display_url
 
+    db = args.db or os.environ.get(DB_ENV)
+    if not db:
+        print(f"fedplat: give --db URL or set {DB_ENV}", file=sys.stderr)
+        return 2
     # The URL travels in the environment, not argv: a PostgreSQL password would
     # otherwise be visible to every user through ps.
-    env = {**os.environ, DB_ENV: args.db, REFRESH_ENV: str(args.refresh)}
+    env = {**os.environ, DB_ENV: db, REFRESH_ENV: str(args.refresh)}
     cmd = [
         sys.executable,
         "-m",
@@ -670,7 +674,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _forward)
     signal.signal(signal.SIGINT, _forward)
     print(
-        f"monitor on http://{args.address}:{args.port} (store {display_url(args.db)})",
+        f"monitor on http://{args.address}:{args.port} (store {display_url(db)})",
         flush=True,
     )
     return proc.wait()
@@ -828,7 +832,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     m = sub.add_parser("monitor", help="web monitor of a store (Streamlit, read-only)")
-    m.add_argument("--db", required=True, help="store URL or SQLite path")
+    m.add_argument(
+        "--db", help="store URL or SQLite path (default: $FEDPLAT_MONITOR_DB)"
+    )
     m.add_argument("--port", type=int, default=8501)
     m.add_argument("--address", default="127.0.0.1", help="interface to bind")
     m.add_argument(
