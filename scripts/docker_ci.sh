@@ -17,8 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 VENV="${VENV:-.venv}"
-PY="$ROOT/$VENV/bin/python"
-export PATH="$ROOT/$VENV/bin:$PATH"
+case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
+PY="$VENV/bin/python"
+export PATH="$VENV/bin:$PATH"
 
 BASE=localhost/fedplat-base:bookworm
 IMAGE=localhost/fedplat-coordinator:ci
@@ -45,7 +46,10 @@ cleanup() {
       [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }
     done
   fi
-  rm -rf "$WORK"
+  # debootstrap mounts /proc and /sys inside the rootfs while it works; if it was
+  # interrupted they may still be there, and must not be recursed into.
+  grep -o " $WORK/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l || true
+  rm -rf --one-file-system "$WORK"
   exit "$rc"
 }
 trap cleanup EXIT
