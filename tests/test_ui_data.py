@@ -330,3 +330,26 @@ def test_monitor_subcommand_is_registered() -> None:
     args = build_parser().parse_args(["monitor", "--db", "x.db", "--port", "9"])
     assert isinstance(args, argparse.Namespace)
     assert (args.db, args.port, args.address) == ("x.db", 9, "127.0.0.1")
+
+
+def test_rounds_frame_counts_from_participations() -> None:
+    from fedplat.store import ParticipationRecord, RoundRecord
+
+    # Totalled when it closed, before the third accepted update was recorded.
+    closed = RoundRecord(
+        id=1, run_id="run", number=1, status="completed", started_at=NOW,
+        finished_at=NOW, deadline_at=None, num_selected=3, num_succeeded=2,
+        num_failed=1, accuracy=0.9, loss=0.1, model_version=1, checkpoint_path=None,
+        checkpoint_sha256=None, bytes_up=20, bytes_down=30, reason=None,
+    )  # fmt: skip
+    parts = [
+        ParticipationRecord(
+            i, "run", 1, f"c{i}", "succeeded", 10, 10, 5, 1.0, None, None, {}, None, NOW
+        )
+        for i in range(3)
+    ]
+    row = data.rounds_frame([closed], parts).iloc[0]
+    assert (row["succeeded"], row["failed"], row["bytes_up"]) == (3, 0, 30)
+    # Without participations, the round's own totals stand.
+    row = data.rounds_frame([closed], []).iloc[0]
+    assert (row["succeeded"], row["failed"], row["bytes_up"]) == (2, 1, 20)

@@ -231,7 +231,7 @@ def gossip_graph_chart(nodes: pd.DataFrame, edges: pd.DataFrame) -> alt.LayerCha
             color=alt.Color(
                 "state:N",
                 scale=alt.Scale(
-                    domain=link_states, range=["#90a4ae", "#e53935", "#e0e0e0"]
+                    domain=link_states, range=["#90a4ae", "#e53935", "#bdbdbd"]
                 ),
                 legend=alt.Legend(title="link", orient="right"),
             ),

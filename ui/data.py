@@ -254,16 +254,21 @@ ROUND_COLUMNS = [
 def rounds_frame(
     rounds: Sequence[RoundRecord], parts: Sequence[ParticipationRecord]
 ) -> pd.DataFrame:
-    """One row per round. Counts and bytes of an *open* round come from its
-    participations, because the round row is only totalled when it closes."""
+    """One row per round, with counts and bytes taken from its participations.
+
+    The round row is only totalled when the round closes, and the coordinator may
+    record a last accepted update just after that, so the participations, which
+    the charts draw, are the source of truth; the row's totals are used only for
+    a round without any (pruned, or from an older store).
+    """
     live: dict[int, list[ParticipationRecord]] = {}
     for p in parts:
         live.setdefault(p.round_number, []).append(p)
     rows = []
     for r in rounds:
         ok, failed, up, down = r.num_succeeded, r.num_failed, r.bytes_up, r.bytes_down
-        if r.status == "open":
-            ps = live.get(r.number, [])
+        ps = live.get(r.number, [])
+        if ps:
             ok = sum(p.status == "succeeded" for p in ps)
             failed = sum(
                 OUTCOME_OF_STATUS.get(p.status) in ("rejected", "failed", "straggler")
