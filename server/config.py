@@ -23,6 +23,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedplat.contribution.config import ContributionSection
+
 MiB = 1024 * 1024
 
 
@@ -209,6 +211,7 @@ class RunConfig(_Strict):
     server_optimizer: ServerOptimizerSection = ServerOptimizerSection()
     compression: CompressionSection = CompressionSection()
     privacy: PrivacySection = PrivacySection()
+    contribution: ContributionSection = ContributionSection()
     store: StoreSection = StoreSection()
     checkpoints: CheckpointSection = CheckpointSection()
     server: ServerSection = ServerSection(insecure=True)

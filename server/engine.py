@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import torch
-from fedplat.aggregators import AggregationError, Aggregator, build_aggregator
+from fedplat.aggregators import (
+    AggregationError,
+    AggregationResult,
+    Aggregator,
+    FedAvg,
+    build_aggregator,
+)
 from fedplat.server.checkpoint import Checkpoint as CheckpointData
 from fedplat.server.checkpoint import (
     CheckpointError,
@@ -40,6 +46,12 @@ from fedplat.server.evaluation import Evaluator, build_model
 from fedplat.server.optimizers import ServerOptimizer
 from fedplat.server.uplink import UplinkPlan
 
+from fedplat.contribution import (
+    ContributionAccountant,
+    ContributionError,
+    load_or_create_signing_key,
+    make_utility_from_accuracy,
+)
 from fedplat.store import RunRecord, Store
 from fedplat.transport import codec
 from fedplat.transport.errors import (
@@ -169,6 +181,12 @@ class RoundEngine:
         self.finished = False
         self.run_record = self._open_run()
         self._refresh_model_bytes()
+        self.contribution: ContributionAccountant | None = None
+        c = cfg.contribution
+        if c.enabled:
+            key = load_or_create_signing_key(c.key_path) if c.key_path else None
+            self.contribution = ContributionAccountant(c, store, self.run_id, key)
+            self._contribution_utility = make_utility_from_accuracy(self.evaluator)
 
     # ------------------------------------------------------------------ run state
     @property
@@ -714,6 +732,8 @@ class RoundEngine:
             else None
         )
         stack, clipped = self.uplink.clip_for_central(stack)
+        global_before = self.weights
+        optimizer_before = self.optimizer.state_dict()
         try:
             result = self.aggregator(stack, weights)
             aggregate = self.uplink.noise_mean(
@@ -741,6 +761,10 @@ class RoundEngine:
         if r.number % self.cfg.data.eval_every == 0 or r.number == self.cfg.run.rounds:
             ev = self.evaluator(new_weights)
             accuracy, loss = ev.accuracy, ev.loss
+        if self.contribution is not None:
+            self._account(
+                r.number, ids, stack, weights, global_before, optimizer_before, result
+            )
         privacy_metrics = self.uplink.account(len(r.selected), r.num_live)
         ckpt = CheckpointData(
             run_id=self.run_id,
@@ -808,6 +832,43 @@ class RoundEngine:
                 self.run_id, "run_completed", f"run {self.cfg.run.name!r} completed"
             )
         return RoundOutcome(r.number, True, len(r.selected), len(ids), accuracy, loss)
+
+    def _account(
+        self,
+        number: int,
+        ids: list[str],
+        stack: torch.Tensor,
+        weights: torch.Tensor | None,
+        global_before: torch.Tensor,
+        optimizer_before: dict[str, torch.Tensor],
+        result: AggregationResult,
+    ) -> None:
+        """Contribution scores, flags and the ledger entry of a completed round."""
+        assert self.contribution is not None
+
+        def subset_global(u: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+            # The global model a subset of clients would have produced, from the
+            # pre-round optimizer state: no side effects on the real optimizer.
+            opt = ServerOptimizer(self.cfg.server_optimizer)
+            opt.load_state_dict(optimizer_before)
+            return opt.step(global_before, FedAvg()(u, w).aggregate.to(torch.float32))
+
+        try:
+            self.contribution.on_round(
+                number,
+                ids,
+                stack,
+                weights,
+                global_before,
+                subset_global,
+                self._contribution_utility,
+                result.decisions,
+                None,
+                None,
+                aggregate=result.aggregate,
+            )
+        except ContributionError as exc:
+            log.warning("round %d: no contribution accounting: %s", number, exc)
 
     def _fail_round(self, r: _Round, reason: str) -> RoundOutcome:
         self.store.finish_round(self.run_id, r.number, status="failed", reason=reason)

@@ -152,7 +152,7 @@ def test_migration_matches_models_and_downgrades(db_url: str) -> None:
     assert _schema_diff(db_url) == []
     engine = make_engine(db_url)
     try:
-        assert current_revision(engine) == head_revision() == "0001"
+        assert current_revision(engine) == head_revision() == "0002"
     finally:
         engine.dispose()
     expected = {"runs", "clients", "rounds", "participations", "metrics", "events"}
