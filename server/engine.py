@@ -340,19 +340,18 @@ class RoundEngine:
             c = self._clients.get(client_id)
             r = self._round
             number = r.number if r is not None and client_id in r.tasks else None
-            if number is not None and r is not None:
+            if number is not None and r is not None and client_id not in r.answered:
+                self.store.update_participation(
+                    self.run_id,
+                    number,
+                    client_id,
+                    status="rejected",
+                    reason=reason,
+                    bytes_up=nbytes,
+                )
                 r.answered.add(client_id)
                 self._cond.notify_all()
         name = c.name if c is not None else client_id
-        if number is not None:
-            self.store.update_participation(
-                self.run_id,
-                number,
-                client_id,
-                status="rejected",
-                reason=reason,
-                bytes_up=nbytes,
-            )
         self.store.add_event(
             self.run_id,
             "update_rejected",
@@ -522,17 +521,17 @@ class RoundEngine:
         except (InvalidArgument, StaleUpdate) as exc:
             status = "late" if isinstance(exc, StaleUpdate) else "rejected"
             with self._cond:
+                self.store.update_participation(
+                    self.run_id,
+                    number,
+                    client_id,
+                    status=status,
+                    reason=exc.reason,
+                    bytes_up=len(data),
+                )
                 if self._round is r:
                     r.answered.add(client_id)
                     self._cond.notify_all()
-            self.store.update_participation(
-                self.run_id,
-                number,
-                client_id,
-                status=status,
-                reason=exc.reason,
-                bytes_up=len(data),
-            )
             self.store.add_event(
                 self.run_id,
                 "update_rejected",
@@ -555,18 +554,19 @@ class RoundEngine:
             )
             r.answered.add(client_id)
             started = r.downloaded_at.get(client_id, r.opened_at)
-            duration = self.clock() - started
+            # Recorded under the lock: close_round must not total the round before
+            # this accepted update is in the store.
+            self.store.update_participation(
+                self.run_id,
+                number,
+                client_id,
+                status="succeeded",
+                bytes_up=len(data),
+                num_examples=header.num_examples,
+                duration_s=self.clock() - started,
+                train_loss=header.metrics.get("train_loss"),
+            )
             self._cond.notify_all()
-        self.store.update_participation(
-            self.run_id,
-            number,
-            client_id,
-            status="succeeded",
-            bytes_up=len(data),
-            num_examples=header.num_examples,
-            duration_s=duration,
-            train_loss=header.metrics.get("train_loss"),
-        )
         return UploadAck(
             accepted=True,
             message=f"update for round {number} accepted",
