@@ -775,7 +775,7 @@ def peer_from_scenario(
     ``overrides`` are :class:`PeerConfig` fields (timeouts, pacing, ...).
     """
     network = NetworkState(scenario)
-    is_relay = network.has_data(node) is False if relay is None else relay
+    is_relay = (not network.has_data(node)) if relay is None else relay
     data = load_node_data(scenario.data, network.n, scenario.seed,
                           {node} if is_relay else set())
     test = data.test
