@@ -10,7 +10,7 @@ reference implementations). Squared distances follow from
 
 That identity cancels catastrophically when the rows share a large common
 component (honest updates close to each other relative to their norms): a float32
-GEMM over a block of ``K`` columns loses up to ~``1e-5 * ||x_i||^2``. The centered
+GEMM over a block of columns loses ~``1e-6 * ||x_i||^2``. The centered
 form subtracts the column mean of each block before the GEMM (distances are
 invariant to translating every row by the same vector) and so loses that fraction
 of ``||x_i - c||^2`` instead; it costs two more passes over each block.
@@ -25,13 +25,16 @@ import torch
 
 # Plain Gram is kept when every pair satisfies
 # ||x_i - x_j||^2 >= _MIN_SEPARATION * (||x_i||^2 + ||x_j||^2): then the GEMM's
-# ~1e-5 relative rounding is at most ~1e-3 of any distance.
+# ~1e-6 relative rounding is at most ~1e-4 of any distance.
 _MIN_SEPARATION = 1e-2
 
-# Columns per block: 50 rows x 32768 float32 = 6.5 MB, large enough for the GEMM
-# to run at full speed, small enough that the block stays in cache between the
-# centering and the GEMM (measured: 8192 is slower, 131072 no faster).
-_BLOCK_COLS = 32768
+# Columns per GEMM: few large GEMMs (4 for d = 1e6). Each GEMM is one OpenMP
+# region, and every region stalls at its barrier when another process holds a
+# core: on the shared 2-core machine 31 blocks of 32768 columns took 0.93 s
+# against 0.23-0.26 s for 1-4 GEMMs. MKL's blocked float32 accumulation keeps the
+# error of a 262144-column block at ~2e-7 of the row norms (measured against
+# float64 on Gaussian data); blocks are summed in float64.
+_BLOCK_COLS = 1 << 18
 
 
 def gram(
@@ -61,6 +64,19 @@ def gram(
     n, d = x.shape
     k = 0 if extra is None else extra.shape[0]
     out = torch.zeros(n + k, n + k, dtype=torch.float64, device=x.device)
+    if extra is not None and not center:
+        # No copy of the stack: [x; e] [x; e]^T from x x^T, x e^T and e e^T.
+        e = extra.to(x.dtype)
+        out[:n, :n] = gram(x, center=False)
+        cross = torch.zeros(n, k, dtype=torch.float64, device=x.device)
+        for s0 in range(0, d, _BLOCK_COLS):
+            cross += (
+                x[:, s0 : s0 + _BLOCK_COLS] @ e[:, s0 : s0 + _BLOCK_COLS].T
+            ).double()
+        out[:n, n:] = cross
+        out[n:, :n] = cross.T
+        out[n:, n:] = e.double() @ e.double().T
+        return out
     for s0 in range(0, d, _BLOCK_COLS):
         block = x[:, s0 : s0 + _BLOCK_COLS]
         if extra is not None:
