@@ -91,9 +91,11 @@ BUILD_ARGS=(--build-arg "BASE_IMAGE=$BASE")
 MOUNTS=(-v "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro")
 WHEELS="${FEDPLAT_WHEELS_DIR:-$("$PY" -m pip config get global.find-links 2>/dev/null || true)}"
 if [ -n "$WHEELS" ] && ls "$WHEELS"/torch-2.13.0*.whl >/dev/null 2>&1; then
-  # download.pytorch.org is out of reach here: install the local CPU wheel.
+  # download.pytorch.org is out of reach here: offer the local CPU wheel next to
+  # PyPI (for torch's own dependencies); its "+cpu" version sorts above PyPI's
+  # CUDA build of 2.13.0, so pip picks it.
   MOUNTS+=(-v "$WHEELS:/wheels:ro")
-  BUILD_ARGS+=(--build-arg "TORCH_PIP_ARGS=--no-index --find-links /wheels")
+  BUILD_ARGS+=(--build-arg "TORCH_PIP_ARGS=--find-links /wheels")
 fi
 step "podman build $IMAGE"
 # --format docker: OCI images drop HEALTHCHECK, and it is part of what we test.
@@ -112,7 +114,9 @@ cp docker/run.yaml "$WORK/run.yaml"
 step "run the coordinator image on $ADDRESS"
 # The store and checkpoints land on the bind-mounted volume, where the host
 # reads them; the address comes from the environment, as in production.
-"${PODMAN[@]}" run -d --name "$NAME" --network=host \
+# --health-interval=disable: podman schedules health checks with systemd timers,
+# absent here; the check is run by hand below instead.
+"${PODMAN[@]}" run -d --name "$NAME" --network=host --health-interval=disable \
   --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 \
   -v "$WORK/run.yaml:/etc/fedplat/run.yaml:ro" -v "$WORK/data:/var/lib/fedplat" \
   -e "FEDPLAT__SERVER__ADDRESS=$ADDRESS" -e "FEDPLAT__RUN__NAME=docker-ci" \
@@ -157,10 +161,16 @@ while time.monotonic() < deadline:
     except Exception:  # the coordinator may not have created the schema yet
         done = []
     if len(done) >= rounds:
-        for r in done:
-            print(f"round {r.number}: {r.num_succeeded}/{r.num_selected} updates, "
-                  f"accuracy {r.accuracy:.3f}")
-        assert all(r.num_succeeded == clients for r in done[:rounds]), done
+        with Store(path, migrate=False) as store:
+            for r in done[:rounds]:
+                ok = [
+                    p for p in store.list_participations(r.run_id, r.number)
+                    if p.status == "succeeded"
+                ]
+                print(f"round {r.number}: {len(ok)}/{r.num_selected} updates, "
+                      f"accuracy {r.accuracy:.3f}")
+                assert len(ok) == clients, (r, ok)
+        print(f"({len(done)} rounds completed by now)")
         break
     time.sleep(1)
 else:
