@@ -116,13 +116,17 @@ class RandomVectors(Attack):
         return (self.low + (self.high - self.low) * u).to(honest.device)
 
 
-def alie_z(n: int, f: int) -> float:
+def alie_z(n: int, f: int, among_honest: bool = False) -> float:
     """``z_max`` of "A little is enough" (Baruch, Baruch & Goldberg, NeurIPS 2019,
     Sec. 3): ``s = floor(n/2 + 1) - f`` supporters are needed, and ``z`` is the
     largest value with ``Phi(z) < (n - s) / n``, i.e. ``Phi^-1((n - s) / n)``.
-    ``n`` counts all clients (honest and Byzantine)."""
+    ``n`` counts all clients (honest and Byzantine).
+
+    ``among_honest=True`` uses ``(h - s) / h`` with ``h = n - f`` instead, as the
+    code of Karimireddy et al. 2022 does (``attacks/alittle.py``); for n = 25,
+    f = 5 that gives z = 0.25 instead of the paper's 0.47."""
     s = math.floor(n / 2 + 1) - f
-    p = (n - s) / n
+    p = (n - f - s) / (n - f) if among_honest else (n - s) / n
     if not 0.0 < p < 1.0:
         raise AttackError(f"ALIE z undefined for n={n}, f={f}")
     return float(torch.special.ndtri(torch.tensor(p, dtype=torch.float64)))
@@ -135,17 +139,22 @@ class ALittleIsEnough(Attack):
     standard deviation of the honest vectors; the sign and the estimator follow
     the code of Karimireddy et al. 2022 (epfml/byzantine-robust-noniid-optimizer,
     ``attacks/alittle.py``). ``z`` defaults to the paper's formula
-    (:func:`alie_z`) with ``n = h + f``; pass ``z`` to override.
+    (:func:`alie_z`) with ``n = h + f``; ``among_honest=True`` takes the authors'
+    variant over the honest clients; pass ``z`` to fix it.
     """
 
     name = "alie"
 
-    def __init__(self, z: float | None = None) -> None:
+    def __init__(self, z: float | None = None, among_honest: bool = False) -> None:
         self.z = None if z is None else check_float("z", z)
+        if not isinstance(among_honest, bool):
+            raise AttackError(f"among_honest must be a bool, got {among_honest!r}")
+        self.among_honest = among_honest
 
     def __call__(self, honest: torch.Tensor, f: int) -> torch.Tensor:
         f = _check_honest(honest, f, need=2)
-        z = alie_z(honest.shape[0] + f, f) if self.z is None else self.z
+        n = honest.shape[0] + f
+        z = alie_z(n, f, self.among_honest) if self.z is None else self.z
         mu = honest.mean(dim=0)
         sigma = honest.std(dim=0)
         return _tile(mu - z * sigma, f)
