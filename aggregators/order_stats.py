@@ -8,13 +8,12 @@ copy each short column into a scratch buffer and run a scalar sort, which costs
 parallel*: a bitonic sorting network (Batcher, 1968) whose compare-exchange layers
 are ``torch.minimum`` / ``torch.maximum`` over strided views of a ``[N, S]`` block
 of ``S`` columns, ``N`` = ``n`` rounded up to a power of two (padding rows hold
-``+inf`` and sort to the bottom). Every layer is two vectorised ops over the whole
-block, blocks are sized to stay in L2, and no Python loop touches coordinates.
-
-The network is the "flip" form of the bitonic sorter: before merging two ascending
-halves, the upper half is reversed, which makes every comparator ascending so each
-layer is a plain ``min``/``max`` pair over views. When only a few ranks are
-needed (the median) the final merge keeps only the halves that contain them.
+``+inf`` and sort to the bottom). A layer is four ops (min and max for the
+ascending and for the descending blocks), blocks of columns stay in L2, the views
+are built once per buffer (building them costs as much as running the ops), and
+no Python loop touches coordinates. When only a few ranks are needed (the median)
+the final merge keeps only the halves that contain them. Measured on one core,
+``[50, 2e5]``: 65 ms for the median against 250 ms for ``torch.median(dim=0)``.
 
 Threading: every op touches at most 32768 elements, ATen's grain size, so it runs
 in the calling thread and never opens an OpenMP region; ``torch.get_num_threads()``
