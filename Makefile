@@ -23,6 +23,8 @@ system-deps:
 	fi
 
 venv:
+	@# A venv left half-made by an interrupted run is rebuilt.
+	@$(PY) -m pip --version >/dev/null 2>&1 || rm -rf $(VENV)
 	@[ -x $(PY) ] || $$(command -v $(PYTHON) || command -v python3) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
