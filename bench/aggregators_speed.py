@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from fedplat.aggregators import create_aggregator
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregators_speed.json"
@@ -113,7 +112,7 @@ def bench(
     rules = {name: create_aggregator(name, **p) for name, p in params.items()}
     times: dict[str, list[float]] = {name: [] for name in rules}
     mean_times: list[float] = []
-    for name, agg in rules.items():  # warm-up: allocator, lazy init, first calls
+    for agg in rules.values():  # warm-up: allocator, lazy init, first calls
         agg(x)
         agg.load_state_dict({})  # centered clipping: start every run from zero
     x.mean(dim=0)
@@ -122,9 +121,8 @@ def bench(
             mean_times.append(once(lambda: x.mean(dim=0)))
             agg.load_state_dict({})
             times[name].append(once(functools.partial(agg, x)))
-        log(
-            f"repeat {r + 1}/{repeats}: mean {1000 * statistics.median(mean_times):.1f} ms"
-        )
+        mean_ms = 1000 * statistics.median(mean_times)
+        log(f"repeat {r + 1}/{repeats}: mean {mean_ms:.1f} ms")
     mean_s = statistics.median(mean_times)
     flower_times: dict[str, list[float]] = {}
     fns = flower_functions(x, f) if flower else None
