@@ -38,8 +38,9 @@ cleanup() {
   if "${PODMAN[@]}" container exists "$NAME" 2>/dev/null; then
     if [ "$rc" != 0 ]; then
       echo "--- container log"; "${PODMAN[@]}" logs --tail 60 "$NAME" || true
+      [ -f "$WORK/podman.log" ] && { echo "--- podman"; tail -20 "$WORK/podman.log"; }
     fi
-    "${PODMAN[@]}" rm -f -t 5 "$NAME" >/dev/null || true
+    "${PODMAN[@]}" rm -f -t 5 "$NAME" >/dev/null 2>&1 || true
   fi
   if [ "$rc" != 0 ]; then
     for f in "$WORK"/client-*.log; do
@@ -115,13 +116,14 @@ step "run the coordinator image on $ADDRESS"
 # The store and checkpoints land on the bind-mounted volume, where the host
 # reads them; the address comes from the environment, as in production.
 # --health-interval=disable: podman schedules health checks with systemd timers,
-# absent here; the check is run by hand below instead.
+# absent here; the check is run by hand below instead. Podman still logs that it
+# found no systemd, so its stderr goes to a log shown only on failure.
 "${PODMAN[@]}" run -d --name "$NAME" --network=host --health-interval=disable \
   --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 \
   -v "$WORK/run.yaml:/etc/fedplat/run.yaml:ro" -v "$WORK/data:/var/lib/fedplat" \
   -e "FEDPLAT__SERVER__ADDRESS=$ADDRESS" -e "FEDPLAT__RUN__NAME=docker-ci" \
   -e "FEDPLAT__SELECTION__CLIENTS_PER_ROUND=$CLIENTS" \
-  "$IMAGE" >/dev/null
+  "$IMAGE" >/dev/null 2>>"$WORK/podman.log"
 
 # The image's own HEALTHCHECK (the gRPC health service), run by podman.
 for _ in $(seq 1 90); do
@@ -179,7 +181,7 @@ EOF
 step "$ROUNDS_TO_COMPLETE rounds completed; stopping the container"
 
 # SIGTERM (podman stop) must end the run gracefully: exit 0, not a kill.
-"${PODMAN[@]}" stop -t 30 "$NAME" >/dev/null
+"${PODMAN[@]}" stop -t 30 "$NAME" >/dev/null 2>>"$WORK/podman.log"
 CODE="$("${PODMAN[@]}" inspect -f '{{.State.ExitCode}}' "$NAME")"
 if [ "$CODE" != 0 ]; then
   echo "coordinator exited with $CODE after SIGTERM" >&2
