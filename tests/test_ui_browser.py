@@ -81,6 +81,7 @@ def _metric(page: Any, label: str) -> Any:
 
 def _no_exception(page: Any) -> None:
     assert page.locator('[data-testid="stException"]').count() == 0, page.content()
+    assert page.get_by_text("Page not found").count() == 0, page.url
 
 
 def test_monitor_follows_a_live_run_in_chromium(
@@ -188,7 +189,7 @@ def test_monitor_follows_a_live_run_in_chromium(
     _no_exception(page)
     page.screenshot(path=str(shots / "gossip.png"), full_page=True)
 
-    page.goto(f"{base}/runs")
+    page.goto(f"{base}/")  # the default page: Runs
     runs = page.locator('[data-testid="stDataFrame"] [role="grid"]').first
     runs.wait_for(state="attached", timeout=60_000)
     sync_api.expect(runs).to_contain_text("browser-e2e", timeout=30_000)

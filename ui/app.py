@@ -23,7 +23,7 @@ navigation = st.navigation(
             str(VIEWS / "runs.py"),
             title="Runs",
             icon=":material/list:",
-            url_path="runs",
+            # The default page is served at "/" whatever its url_path says.
             default=True,
         ),
         st.Page(

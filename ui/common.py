@@ -57,7 +57,7 @@ RUN_KEY = "fedplat_run"
 def database_url() -> str | None:
     """The store to read: ``--db`` after ``streamlit run app.py --``, else the
     ``FEDPLAT_MONITOR_DB`` environment variable."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--db")
     known, _ = parser.parse_known_args(sys.argv[1:])
     url = known.db or os.environ.get(DB_ENV)
