@@ -89,7 +89,25 @@ def test_monitor_follows_a_live_run_in_chromium(
 ) -> None:
     shots = Path(os.environ.get("FEDPLAT_SCREENSHOTS_DIR") or tmp_path / "shots")
     shots.mkdir(parents=True, exist_ok=True)
-    cfg = run_config(tmp_path, name="browser-e2e", rounds=ROUNDS, clients=CLIENTS)
+    # Compression, central DP and contribution accounting on, so every panel of
+    # the run and contributions pages has real data to draw.
+    cfg = run_config(
+        tmp_path,
+        name="browser-e2e",
+        rounds=ROUNDS,
+        clients=CLIENTS,
+        aggregator={"name": "fedavg", "weighted": False},
+        compression={"name": "topk", "params": {"ratio": 0.25}},
+        # Little noise (epsilon in the hundreds): 3 clients cannot hide much, and
+        # the accuracy curve should still rise on screen.
+        privacy={"mode": "central", "noise_multiplier": 0.1, "clip_norm": 1.0},
+        contribution={
+            "enabled": True,
+            "scorers": ["leave_one_out", "cosine"],
+            "primary": "leave_one_out",
+            "key_path": str(tmp_path / "ledger.pem"),
+        },
+    )
     db = cfg["store"]["url"]
     address = cfg["server"]["address"]
     coord = procs.coordinator(write_config(tmp_path, cfg))
@@ -157,6 +175,9 @@ def test_monitor_follows_a_live_run_in_chromium(
             has_text="Aggregator verdict"
         )
     ).to_have_count(1)
+    for title in ("Compression ratio", "Privacy spent (ε) per round"):
+        chart = page.locator('[data-testid="stVegaLiteChart"]').filter(has_text=title)
+        sync_api.expect(chart.locator("g.mark-symbol path")).to_have_count(ROUNDS)
     _no_exception(page)
     page.screenshot(path=str(shots / "run.png"), full_page=True)
 
@@ -172,6 +193,13 @@ def test_monitor_follows_a_live_run_in_chromium(
 
     page.goto(f"{base}/contributions?run={run.id}")
     page.get_by_role("heading", name="Ledger").wait_for(timeout=60_000)
+    sync_api.expect(page.get_by_text("Ledger verified")).to_have_count(
+        1, timeout=60_000
+    )
+    grids = page.locator('[data-testid="stDataFrame"] [role="grid"]')
+    sync_api.expect(grids).to_have_count(2, timeout=60_000)  # leaderboard, ledger
+    for i in range(CLIENTS):
+        sync_api.expect(grids.first).to_contain_text(f"client-{i}", timeout=30_000)
     _no_exception(page)
     page.screenshot(path=str(shots / "contributions.png"), full_page=True)
 

@@ -44,15 +44,20 @@ def line_chart(
     title: str,
     y_title: str,
     y_format: str = ".4~f",
+    axis_format: str | None = None,
     domain: tuple[float, float] | None = None,
     color: str = "#1f77b4",
 ) -> alt.Chart:
     """A per-round line with a point on every round (``frame``: ``round, y``).
 
     Points are drawn even on long runs: a single completed round would otherwise
-    be an invisible zero-length line.
+    be an invisible zero-length line. ``y_format`` formats tooltips and, unless
+    ``axis_format`` is given, the axis; ``axis_format=""`` leaves the axis to
+    Vega, which picks the precision from the tick step.
     """
     scale = alt.Scale(domain=list(domain)) if domain else alt.Scale(zero=False)
+    tick_format = y_format if axis_format is None else axis_format
+    axis = alt.Axis(format=tick_format) if tick_format else alt.Axis()
     return (
         alt.Chart(frame, title=title)
         .mark_line(
@@ -60,9 +65,7 @@ def line_chart(
         )
         .encode(
             x=_round_x(),
-            y=alt.Y(
-                f"{y}:Q", title=y_title, scale=scale, axis=alt.Axis(format=y_format)
-            ),
+            y=alt.Y(f"{y}:Q", title=y_title, scale=scale, axis=axis),
             tooltip=[
                 alt.Tooltip("round:Q", format="d"),
                 alt.Tooltip(f"{y}:Q", title=y_title, format=y_format),
@@ -170,8 +173,19 @@ def flags_heatmap(parts: pd.DataFrame) -> alt.Chart:
 
 
 def metric_chart(series: pd.DataFrame, *, title: str, y_title: str) -> alt.Chart:
-    """A ``round, value`` series (epsilon, compression ratio, ...)."""
-    return line_chart(series, y="value", title=title, y_title=y_title, y_format=".4~g")
+    """A ``round, value`` series (epsilon, compression ratio, ...).
+
+    The axis keeps Vega's own tick labels: a fixed 4 significant digits prints
+    "3.167" three times over a ratio that moves in the fourth decimal.
+    """
+    return line_chart(
+        series,
+        y="value",
+        title=title,
+        y_title=y_title,
+        y_format=".6~g",
+        axis_format="",
+    )
 
 
 def contribution_bar(board: pd.DataFrame, column: str, title: str) -> alt.Chart:
