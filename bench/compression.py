@@ -47,6 +47,9 @@ Methods (``methods()``):
   sketch to ``dp_clip_norm`` and adds Gaussian noise calibrated by Opacus's RDP
   accountant for ``rounds`` releases at ``(epsilon, 1e-5)``.
 
+The full benchmark also runs ``dense`` and ``dgc`` over ``long_rounds`` (2,000)
+rounds, reported under ``long_run``: at 1,000 rounds DGC is still catching up.
+
 Per method the JSON has ``{"method", "final_accuracy", "uplink_bytes",
 "dense_uplink_bytes", "compression_ratio", "run_compression_ratio", "epsilon"}``:
 ``uplink_bytes`` is the sum of ``bytes_up`` over the run, ``dense_uplink_bytes`` is
@@ -133,6 +136,9 @@ class Setup:
     dp_clip_norm: float = 0.1
     codec_repeats: int = 20
     seed: int = 0
+    # Dense and DGC again over this many rounds (0: skip), reported under
+    # "long_run": does DGC's gap to dense close with more training?
+    long_rounds: int = 2000
 
 
 FULL = Setup()
@@ -150,7 +156,9 @@ TINY = Setup(
     topk_ratio=0.01,
     sketch_reduction=4,
     codec_repeats=2,
+    long_rounds=12,
 )
+LONG_METHODS = ("dense", "dgc")
 
 
 @dataclass(frozen=True)
@@ -485,9 +493,17 @@ def goals(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def long_setup(setup: Setup) -> Setup:
+    """The setup of the long run: ``long_rounds`` rounds, same evaluation count."""
+    scale = max(1, setup.long_rounds // setup.rounds)
+    return replace(setup, rounds=setup.long_rounds,
+                   eval_every=setup.eval_every * scale)
+
+
 def write_results(path: Path, setup: Setup, tiny: bool, env: dict[str, Any],
                   results: dict[str, dict[str, Any]], order: Sequence[str],
-                  started: float, finished: bool) -> None:
+                  started: float, finished: bool,
+                  long_results: dict[str, dict[str, Any]] | None = None) -> None:
     names = [n for n in order if n in results]
     rows = {n: results[n]["row"] for n in names}
     d = results[names[0]]["details"]["codec"]["d"] if names else None
@@ -504,6 +520,19 @@ def write_results(path: Path, setup: Setup, tiny: bool, env: dict[str, Any],
         "environment": {**env, "load_average_at_end": list(os.getloadavg()),
                         "wall_seconds": time.perf_counter() - started},
     }
+    if long_results is not None:
+        lnames = [n for n in LONG_METHODS if n in long_results]
+        lrows = {n: long_results[n]["row"] for n in lnames}
+        gl = goals(lrows)
+        out["long_run"] = {
+            "rounds": setup.long_rounds,
+            "eval_every": long_setup(setup).eval_every,
+            "methods": [lrows[n] for n in lnames],
+            "goals": {k: gl[k] for k in ("dgc_accuracy_gap_points",
+                                         "dgc_steady_ratio", "dgc_within_1_point",
+                                         "dgc_ratio_at_least_270x")},
+            "details": {n: long_results[n]["details"] for n in lnames},
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2) + "\n")
@@ -545,37 +574,60 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"unknown methods {unknown}; valid: {[m.name for m in todo]}")
         todo = [m for m in todo if m.name in wanted]
     order = [m.name for m in todo]
+    # The long run is part of the full benchmark, not of an explored subset.
+    lsetup = long_setup(setup)
+    long_todo = ([] if args.methods or setup.long_rounds <= 0 else
+                 [m for m in methods(lsetup, layout) if m.name in LONG_METHODS])
+    jobs_list: list[tuple[str, Setup, Method]] = [
+        # Longest first: the two long runs, then the rest.
+        *(("long", lsetup, m) for m in long_todo),
+        *(("main", setup, m) for m in todo),
+    ]
     env = _environment(jobs)
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
+    long_results: dict[str, dict[str, Any]] | None = {} if long_todo else None
+
+    def record(kind: str, name: str, res: dict[str, Any], done: bool) -> None:
+        if kind == "long":
+            assert long_results is not None
+            long_results[name] = res
+        else:
+            results[name] = res
+        write_results(args.out, setup, args.tiny, env, results, order, started,
+                      done, long_results)
+
     # tmpfs when there is one: the store and checkpoints are written every round.
     root = "/dev/shm" if os.path.isdir("/dev/shm") else None
     workroot = tempfile.mkdtemp(prefix="fedplat-bench-compression-", dir=root)
     try:
         if jobs == 1:
-            for m in todo:
-                results[m.name] = run_method(setup, m, workroot)
-                write_results(args.out, setup, args.tiny, env, results, order,
-                              started, False)
+            for kind, st, m in jobs_list:
+                record(kind, m.name, run_method(st, m, workroot), False)
         else:
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-                futures: dict[Future[dict[str, Any]], str] = {
-                    pool.submit(run_method, setup, m, workroot): m.name for m in todo
+                futures: dict[Future[dict[str, Any]], tuple[str, str]] = {
+                    pool.submit(run_method, st, m, workroot): (kind, m.name)
+                    for kind, st, m in jobs_list
                 }
                 for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
-                    write_results(args.out, setup, args.tiny, env, results, order,
-                                  started, False)
+                    kind, name = futures[fut]
+                    record(kind, name, fut.result(), False)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
-    write_results(args.out, setup, args.tiny, env, results, order, started, True)
+    write_results(args.out, setup, args.tiny, env, results, order, started, True,
+                  long_results)
     for name in order:
         r = results[name]["row"]
         print(f"{name:28s} acc {r['final_accuracy']:.4f}  steady "
               f"{r['compression_ratio']:8.1f}x  run {r['run_compression_ratio']:8.1f}x"
               f"  eps {r['epsilon']}")
     print(json.dumps(goals({n: results[n]["row"] for n in order}), indent=2))
+    for name, res in (long_results or {}).items():
+        r = res["row"]
+        print(f"long run {name:10s} ({setup.long_rounds} rounds) acc "
+              f"{r['final_accuracy']:.4f}  steady {r['compression_ratio']:8.1f}x")
     print(f"wrote {args.out} in {time.perf_counter() - started:.0f} s")
     return 0
 

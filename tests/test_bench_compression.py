@@ -114,3 +114,17 @@ def test_privacy(tiny: dict) -> None:
     sig = [tiny["details"][f"countsketch_dp_eps{e}"]["noise_multiplier"]
            for e in (1, 4, 8)]
     assert sig[0] > sig[1] > sig[2]
+
+
+def test_long_run(tiny: dict) -> None:
+    long = tiny["long_run"]
+    assert long["rounds"] == tiny["setup"]["long_rounds"]
+    assert [m["method"] for m in long["methods"]] == ["dense", "dgc"]
+    d = tiny["setup"]["d"]
+    for m in long["methods"]:
+        assert set(m) == KEYS
+        assert m["dense_uplink_bytes"] == 4 * d * long["rounds"] * tiny["setup"][
+            "clients"]
+        assert long["details"][m["method"]]["rounds_completed"] == long["rounds"]
+    assert long["methods"][1]["compression_ratio"] > 1.5
+    assert isinstance(long["goals"]["dgc_within_1_point"], bool)
