@@ -65,10 +65,10 @@ from fedplat.gossip.messages import (
 from fedplat.gossip.neighbours import NeighbourTable
 from fedplat.gossip.network import NetworkState
 from fedplat.gossip.scenario import Scenario
-from fedplat.gossip.serde import sha256_hex
 from fedplat.gossip.servicer import PeerServicer
 from fedplat.gossip.setup import build_model, load_node_data
 from fedplat.models import evaluate, train_epochs
+from fedplat.transport.codec import sha256_hex
 from fedplat.transport.errors import (
     FedplatError,
     InvalidArgument,

@@ -9,7 +9,6 @@ accepts, and while streaming as soon as it grows past what it declared.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Iterator
 
@@ -25,16 +24,13 @@ from fedplat.gossip.messages import (
     PingReply,
     PushReply,
 )
+from fedplat.proto.serde import read_body
 from fedplat.transport.errors import InvalidArgument
 from fedplat.vectors import Layout, LayoutError, TensorSpec
 
 MAX_NAME_LEN = 256
 MAX_LAYOUT_TENSORS = 100_000
 MAX_KNOWN_PEERS = 1024
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _name(value: str, what: str, *, required: bool = True) -> str:
@@ -186,23 +182,7 @@ def model_from_chunks(chunks: Iterable[pb.ModelChunk], max_bytes: int) -> ModelM
             f"oversize model: {header.total_bytes} bytes declared, limit is "
             f"{max_bytes}"
         )
-    buf = bytearray()
-    for c in it:
-        if c.WhichOneof("part") != "data":
-            raise InvalidArgument("model stream has a second header")
-        buf += c.data
-        if len(buf) > header.total_bytes:
-            raise InvalidArgument(
-                f"model stream longer than its declared {header.total_bytes} bytes"
-            )
-    data = bytes(buf)
-    if len(data) != header.total_bytes:
-        raise InvalidArgument(
-            f"model stream has {len(data)} bytes, header declared "
-            f"{header.total_bytes} (truncated)"
-        )
-    if sha256_hex(data) != header.sha256:
-        raise InvalidArgument("model checksum mismatch (corrupted stream)")
+    data = read_body(it, header.total_bytes, header.sha256, "model")
     return ModelMessage(header, data)
 
 

@@ -193,10 +193,37 @@ def model_to_chunks(payload: ModelPayload, chunk_bytes: int) -> Iterator[pb.Mode
         yield pb.ModelChunk(data=bytes(view[start : start + chunk_bytes]))
 
 
-def model_from_chunks(chunks: Iterator[pb.ModelChunk], max_bytes: int) -> ModelPayload:
-    """Reassemble a streamed model; checks size and checksum."""
+def read_body(rest: Iterator[Any], declared: int, sha256: str, what: str) -> bytes:
+    """Concatenate the ``data`` parts that follow a stream's header.
+
+    ``rest`` yields the messages after the header (any message with a ``part``
+    oneof of ``header``/``data``, so the peer protocol shares this). Refuses a
+    second header, more or fewer bytes than ``declared``, and a SHA-256 mismatch.
+    """
     from fedplat.transport.codec import sha256_hex
 
+    buf = bytearray()
+    for c in rest:
+        if c.WhichOneof("part") != "data":
+            raise InvalidArgument(f"{what} stream has a second header")
+        buf += c.data
+        if len(buf) > declared:
+            raise InvalidArgument(
+                f"{what} stream longer than its declared {declared} bytes"
+            )
+    data = bytes(buf)
+    if len(data) != declared:
+        raise InvalidArgument(
+            f"{what} stream has {len(data)} bytes, header declared {declared} "
+            "(truncated)"
+        )
+    if sha256_hex(data) != sha256:
+        raise InvalidArgument(f"{what} checksum mismatch (corrupted or truncated)")
+    return data
+
+
+def model_from_chunks(chunks: Iterator[pb.ModelChunk], max_bytes: int) -> ModelPayload:
+    """Reassemble a streamed model; checks size and checksum."""
     it = iter(chunks)
     first = next(it, None)
     if first is None or first.WhichOneof("part") != "header":
@@ -206,20 +233,7 @@ def model_from_chunks(chunks: Iterator[pb.ModelChunk], max_bytes: int) -> ModelP
         raise InvalidArgument(
             f"model of {h.total_bytes} bytes exceeds limit {max_bytes}"
         )
-    buf = bytearray()
-    for c in it:
-        if c.WhichOneof("part") != "data":
-            raise InvalidArgument("model stream has a second header")
-        buf += c.data
-        if len(buf) > h.total_bytes:
-            raise InvalidArgument("model stream longer than declared")
-    data = bytes(buf)
-    if len(data) != h.total_bytes:
-        raise InvalidArgument(
-            f"model stream has {len(data)} bytes, declared {h.total_bytes}"
-        )
-    if sha256_hex(data) != h.sha256:
-        raise InvalidArgument("model checksum mismatch")
+    data = read_body(it, h.total_bytes, h.sha256, "model")
     return ModelPayload(
         model_version=int(h.model_version),
         round=int(h.round),
@@ -282,8 +296,6 @@ def update_from_chunks(
     chunks: Iterator[pb.UpdateChunk], max_bytes: int
 ) -> tuple[UpdateHeader, bytes]:
     """Reassemble an upload, refusing it as soon as it exceeds ``max_bytes``."""
-    from fedplat.transport.codec import sha256_hex
-
     it = iter(chunks)
     first = next(it, None)
     if first is None or first.WhichOneof("part") != "header":
@@ -294,24 +306,7 @@ def update_from_chunks(
             f"update of {header.total_bytes} bytes exceeds the limit of "
             f"{max_bytes} bytes"
         )
-    buf = bytearray()
-    for c in it:
-        if c.WhichOneof("part") != "data":
-            raise InvalidArgument("update stream has a second header")
-        buf += c.data
-        if len(buf) > header.total_bytes:
-            raise InvalidArgument(
-                f"update stream longer than its declared {header.total_bytes} bytes"
-            )
-    data = bytes(buf)
-    if len(data) != header.total_bytes:
-        raise InvalidArgument(
-            f"update stream has {len(data)} bytes, header declared {header.total_bytes}"
-        )
-    if sha256_hex(data) != header.sha256:
-        raise InvalidArgument(
-            "update checksum mismatch (corrupted or truncated upload)"
-        )
+    data = read_body(it, header.total_bytes, header.sha256, "update")
     return header, data
 
 
