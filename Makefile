@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := dataset-fashion-mnist postgresql chromium podman buildah runc debootstrap
+APT_PACKAGES := dataset-fashion-mnist postgresql chromium podman buildah runc debootstrap g++
 EXTRAS ?= dev,postgres,ui
 
 .PHONY: setup system-deps venv demo test lint proto clean

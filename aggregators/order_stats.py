@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+from fedplat.aggregators import fused_sort
 
 # ATen runs an op in the calling thread when it has at most this many elements.
 _INLINE_ELEMS = 32768
@@ -346,10 +347,37 @@ class _KeptCounter:
             self.counts += counts
             self.total += width
 
+    def add_columns(self, x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> None:
+        """``add`` over the counted column groups of the whole ``x`` ``[n, d]``."""
+        if not self.track:
+            return
+        for start in range(0, x.shape[1], _COUNT_GROUP * self.stride):
+            stop = start + _COUNT_GROUP
+            self.add(x[:, start:stop], lo[start:stop], hi[start:stop], start)
+
     def fractions(self) -> torch.Tensor:
         if not self.track or self.total == 0:
             return torch.full_like(self.counts, math.nan, dtype=torch.float64)
         return self.counts.to(torch.float64) / self.total
+
+
+def _fused(
+    key: tuple[object, ...],
+    x: torch.Tensor,
+    reduction: tuple[tuple[int, ...] | None, fused_sort.Reduction],
+    counter: _KeptCounter,
+) -> torch.Tensor | None:
+    """The aggregate from a compiled network (:mod:`.fused_sort`), counting kept
+    entries; ``None`` when that path does not apply or cannot compile."""
+    if not fused_sort.applicable(x):
+        return None
+    ranks, reduce = reduction
+    out = fused_sort.run(key, x, ranks, reduce)
+    if out is None:
+        return None
+    agg, lo, hi = out
+    counter.add_columns(x, lo, hi)
+    return agg
 
 
 def coordinate_median(x: torch.Tensor, track: bool = True) -> Coordinatewise:
@@ -362,6 +390,9 @@ def coordinate_median(x: torch.Tensor, track: bool = True) -> Coordinatewise:
     n = x.shape[0]
     lo_rank, hi_rank = (n - 1) // 2, n // 2
     counter = _KeptCounter(n, x.shape[1], track)
+    fused = _fused(("median", n), x, fused_sort.median_reduction(n), counter)
+    if fused is not None:
+        return Coordinatewise(fused, counter.fractions())
 
     def reduce(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
         counter.add(raw, block[0], block[-1], start)
@@ -384,6 +415,14 @@ def coordinate_trimmed_mean(
         raise ValueError(f"trimmed mean needs 0 <= 2*trim < n, got trim={trim}, n={n}")
     keep = n - 2 * trim
     counter = _KeptCounter(n, x.shape[1], track)
+    fused = _fused(
+        ("trimmed_mean", n, trim),
+        x,
+        fused_sort.trimmed_mean_reduction(n, trim),
+        counter,
+    )
+    if fused is not None:
+        return Coordinatewise(fused, counter.fractions())
 
     def reduce(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
         middle = block[trim : n - trim]
@@ -462,6 +501,9 @@ def coordinate_meamed(x: torch.Tensor, f: int, track: bool = True) -> Coordinate
     if not 0 <= f < n:
         raise ValueError(f"MeaMed needs 0 <= f < n, got f={f}, n={n}")
     counter = _KeptCounter(n, x.shape[1], track)
+    fused = _fused(("meamed", n, f), x, fused_sort.meamed_reduction(n, f), counter)
+    if fused is not None:
+        return Coordinatewise(fused, counter.fractions())
 
     def reduce(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
         mean, first, last = closest_window(block, n - f)
