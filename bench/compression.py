@@ -200,10 +200,6 @@ def methods(setup: Setup, layout: Any) -> list[Method]:
         "ratio": setup.dgc_ratio,
         "momentum": setup.server_momentum,
         "warmup_steps_per_stage": setup.warmup_rounds_per_stage,
-        # Passed explicitly: server/uplink.py adds the layout only when the
-        # compressor's own name is "dgc", not to a DGC wrapped in fp16, which
-        # would then sparsify the biases as well.
-        "layout": layout.to_dict(),
     }
     no_mc = {**dgc_params, "momentum_correction": False}
     cols = math.ceil(d / setup.sketch_reduction)
@@ -308,8 +304,6 @@ def codec_timing(method: Method, layout: Any, setup: Setup) -> dict[str, Any]:
     The vector is Gaussian; DGC is first driven past its warm-up so the steady
     density is what is timed. Local DP (clip + noise) counts as encoding.
     """
-    from fedplat.server.uplink import compressor_params
-
     from fedplat.compression import Payload, create_compressor
     from fedplat.privacy import (
         GaussianMechanism,
@@ -320,7 +314,7 @@ def codec_timing(method: Method, layout: Any, setup: Setup) -> dict[str, Any]:
     d = int(layout.numel)
     c = method.compression
     name, params = str(c["name"]), dict(c.get("params") or {})
-    comp = create_compressor(name, **compressor_params(name, params, layout))
+    comp = create_compressor(name, layout=layout, **params)
     vec = torch.randn(d, generator=torch.Generator().manual_seed(setup.seed)) * 1e-3
     mech = GaussianMechanism(1.0, setup.dp_clip_norm) if method.privacy else None
     noise = make_noise_generator(setup.seed)

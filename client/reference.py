@@ -67,6 +67,7 @@ class ReferenceParts:
             optimizer=str(config.get("optimizer", "sgd")),
             momentum=float(config.get("momentum", 0.0)),
             max_steps=config.get("max_steps"),
+            seed=None if config.get("seed") is None else int(config["seed"]),
         )
         return FitResult(res.num_examples, {"train_loss": float(res.mean_loss)})
 

@@ -66,14 +66,10 @@ class UplinkLayer:
         """The (cached, state-restored) compressor for a task's spec."""
         key = self._key(spec)
         if key not in self._compressors:
-            from fedplat.server.uplink import compressor_params
-
             name = str(spec.get("name", "identity"))
             params = dict(spec.get("params") or {})
             try:
-                comp = create_compressor(
-                    name, **compressor_params(name, params, self.layout)
-                )
+                comp = create_compressor(name, layout=self.layout, **params)
             except (CompressionError, ValueError) as exc:
                 raise InvalidArgument(
                     f"task asks for an unusable compressor: {exc}"

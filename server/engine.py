@@ -22,7 +22,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -46,6 +46,7 @@ from fedplat.server.evaluation import Evaluator, build_model
 from fedplat.server.optimizers import ServerOptimizer
 from fedplat.server.uplink import UplinkPlan
 
+from fedplat.compression import derive_seed
 from fedplat.contribution import (
     ContributionAccountant,
     ContributionError,
@@ -93,6 +94,10 @@ class _Client:
     token_hash: bytes
     last_poll: float
     last_touch: float = 0.0
+    # Enrolment order in this process: clients are selected from, and their
+    # updates stacked in, this order, so a seeded simulation is reproducible
+    # (client ids are random tokens).
+    seq: int = 0
 
 
 @dataclass
@@ -158,6 +163,7 @@ class RoundEngine:
         self.clock = clock
         self._cond = threading.Condition(threading.RLock())
         self._clients: dict[str, _Client] = {}
+        self._next_seq = 0
         self._round: _Round | None = None
         self._closed_tasks: dict[
             str, int
@@ -297,8 +303,19 @@ class RoundEngine:
             status="active",
         )
         with self._cond:
+            prev = self._clients.get(client_id)
+            if prev is not None:
+                seq = prev.seq
+            else:
+                seq = self._next_seq
+                self._next_seq += 1
             self._clients[client_id] = _Client(
-                client_id, req.name, req.num_examples, _hash_token(token), self.clock()
+                client_id,
+                req.name,
+                req.num_examples,
+                _hash_token(token),
+                self.clock(),
+                seq=seq,
             )
         self.store.add_event(
             self.run_id,
@@ -384,6 +401,16 @@ class RoundEngine:
             config={
                 **self.cfg.client_training.model_dump(mode="json"),
                 **self.uplink.task_config(),
+                # Seed for the client's own randomness (batch order, dropout): a
+                # function of the run seed, the round and the client's name, so
+                # a seeded run can be replayed.
+                "seed": derive_seed(
+                    self.cfg.run.seed % (1 << 64),
+                    r.number,
+                    "train",
+                    self._clients[client_id].name,
+                )
+                % (1 << 63),
             },
         )
 
@@ -596,9 +623,16 @@ class RoundEngine:
         now = self.clock()
         ttl = self.cfg.deadlines.liveness_seconds
         with self._cond:
-            return sorted(
+            return self._in_enrolment_order(
                 cid for cid, c in self._clients.items() if now - c.last_poll <= ttl
             )
+
+    def _in_enrolment_order(self, ids: Iterable[str]) -> list[str]:
+        def key(cid: str) -> tuple[int, str]:
+            c = self._clients.get(cid)
+            return (c.seq if c is not None else self._next_seq, cid)
+
+        return sorted(ids, key=key)
 
     def wait_for_clients(
         self, stop: threading.Event, timeout: float | None = None
@@ -634,7 +668,7 @@ class RoundEngine:
             live = self.live_clients()
             k = self.cfg.clients_this_round(len(live))
             rng = random.Random(f"{self.cfg.run.seed}:{number}:{self._attempt}")
-            selected = sorted(rng.sample(live, k)) if k > 0 else []
+            selected = self._in_enrolment_order(rng.sample(live, k)) if k > 0 else []
             now = self.clock()
             deadline = now + self.cfg.deadlines.round_seconds
             tasks = {cid: secrets.token_hex(8) for cid in selected}
@@ -724,7 +758,8 @@ class RoundEngine:
             return self._fail_round(
                 r, f"quorum not reached: {len(r.updates)} updates, {quorum} needed"
             )
-        ids = sorted(r.updates)
+        with self._cond:
+            ids = self._in_enrolment_order(r.updates)
         stack = torch.stack([r.updates[cid].vector for cid in ids])
         weights = (
             torch.tensor([float(r.updates[cid].num_examples) for cid in ids])

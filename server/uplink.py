@@ -35,18 +35,6 @@ from fedplat.transport.errors import InvalidArgument
 from fedplat.vectors import Layout
 
 
-def compressor_params(
-    name: str, params: dict[str, Any], layout: Layout
-) -> dict[str, Any]:
-    """Parameters for ``create_compressor``; DGC gets the model layout so that, as in
-    the paper's reference code, only tensors with more than one dimension are
-    sparsified (biases travel dense)."""
-    out = dict(params)
-    if name.strip().lower() == "dgc" and "layout" not in out:
-        out["layout"] = layout.to_dict()
-    return out
-
-
 class UplinkPlan:
     """Compression + privacy settings of a run, and the coordinator's side of them."""
 
@@ -55,9 +43,7 @@ class UplinkPlan:
         self.layout = layout
         c = cfg.compression
         try:
-            self.compressor = create_compressor(
-                c.name, **compressor_params(c.name, c.params, layout)
-            )
+            self.compressor = create_compressor(c.name, layout=layout, **c.params)
         except (CompressionError, ValueError) as exc:
             raise ConfigError(f"compression: {exc}") from exc
         # Sketch matrices are rebuilt from (seed, round): one seed per run, public.

@@ -290,3 +290,37 @@ def test_sparse_dgc_training_tracks_dense_momentum_sgd() -> None:
     assert loss(w_sgd) - loss(w_star) < 1e-4 * gap0
     # 90%-sparse DGC (after warm-up) closes the gap as well.
     assert loss(w) - loss(w_star) < 1e-3 * gap0
+
+
+def test_federated_warmup_follows_the_round_number_not_participation() -> None:
+    # A client that sits out rounds must use the run's current stage: rounds
+    # 1-2 are stage 0 (25%), 3-4 stage 1 (6.25%), ... with 2 rounds per stage.
+    d = 40_000
+    dgc = DGC(0.001, warmup_steps_per_stage=2)
+    gen = torch.Generator().manual_seed(5)
+    for rnd in (1, 5, 9, 10, 11):
+        p = dgc.encode(torch.randn(d, generator=gen), round=rnd, seed=3)
+        k = math.ceil(d * dgc.density_at(rnd - 1))
+        assert 0.8 * k <= p.nnz <= k, rnd
+    densities = [dgc.density_at(r - 1) for r in (1, 5, 9, 11)]
+    assert densities == [0.25, 0.015625, 0.001, 0.001]
+    assert dgc.state.warmup_step == 5  # still counts calls (statistics, step mode)
+
+
+def test_layout_reaches_a_dgc_inside_the_fp16_wrapper() -> None:
+    from fedplat.compression import create_compressor
+
+    layout = Layout([TensorSpec("w", (100, 50)), TensorSpec("b", (50,))])
+    dgc = {"ratio": 0.01, "warmup_densities": []}
+    for name, params in [
+        ("dgc", dgc),
+        ("fp16", {"inner": "dgc", "inner_params": dgc}),
+    ]:
+        comp = create_compressor(name, layout=layout, **params)
+        p = comp.encode(torch.randn(layout.numel), round=1, seed=0)
+        # The bias (1-D) travels dense, the matrix at 1%.
+        dense = comp.decode(p)
+        assert torch.count_nonzero(dense[5000:]) == 50, name
+        assert torch.count_nonzero(dense[:5000]) <= 50, name
+    # A layout set explicitly in the params wins; a factory without one ignores it.
+    create_compressor("topk", layout=layout, ratio=0.1)

@@ -71,6 +71,7 @@ def test_reductions_match_the_eager_rules(
     med, lo, hi = fs.sorted_reduce(x, *fs.median_reduction(n))
     assert torch.equal(med, os_.coordinate_median(x).aggregate)
     assert torch.equal(lo, x.sort(dim=0).values[(n - 1) // 2])
+    assert torch.equal(hi, x.sort(dim=0).values[n // 2])
     for trim in range(0, (n - 1) // 2 + 1):
         got, first, last = fs.sorted_reduce(x, *fs.trimmed_mean_reduction(n, trim))
         want = os_.coordinate_trimmed_mean(x, trim).aggregate

@@ -17,8 +17,9 @@ The full recipe of the paper, re-implemented after reading the authors' code
 5. warm-up training (Sec. 3.3): density 25%, 6.25%, 1.5625%, 0.39%, then the
    target (sparsity 75% -> 93.75% -> 98.4375% -> 99.6% -> 99.9%), one level per
    warm-up stage (an epoch in the paper), keyed by the ``warmup_step`` counter of
-   the state. The reference's ``wm5`` default (``0.001 ** (1/6)`` powers) does not
-   match the paper's numbers; we use the paper's (ALGORITHMS.md Sec. 1).
+   the state in per-step mode and by the round number in federated mode. The
+   reference's ``wm5`` default (``0.001 ** (1/6)`` powers) does not match the
+   paper's numbers; we use the paper's (ALGORITHMS.md Sec. 1).
 
 Tensors are sparsified one by one when a :class:`~fedplat.vectors.Layout` is
 given, and only those with more than one dimension (``train.py`` passes only
@@ -84,8 +85,8 @@ class DGCState:
     velocity : torch.Tensor or None
         ``v``, float32 ``[d]``: the accumulated, not-yet-sent corrected update.
     warmup_step : int
-        Compression steps taken so far (``step``/``encode`` calls); the warm-up
-        schedule reads it.
+        Compression steps taken so far (``step``/``encode`` calls); the per-step
+        warm-up schedule reads it (federated ``encode`` follows the round number).
     last_sent : int
         Entries sent by the last step (statistics only).
     """
@@ -209,7 +210,7 @@ class DGC:
         return self.ratio
 
     def density(self) -> float:
-        """Density of the next step."""
+        """Density of the next per-step (:meth:`step`) call."""
         return self.density_at(self.state.warmup_step)
 
     # --- modes ------------------------------------------------------------------
@@ -219,11 +220,19 @@ class DGC:
         Sample positions come from ``(self.seed, warmup_step)``, so a restored
         state continues identically.
         """
-        return self._compress(grad, self.seed, self.state.warmup_step)
+        step = self.state.warmup_step
+        return self._compress(grad, self.seed, step, self.density_at(step))
 
     def encode(self, vec: torch.Tensor, *, round: int, seed: int) -> Payload:
-        """Federated mode: compress a round update ``vec`` ``[d]``."""
-        return self._compress(vec, seed, round)
+        """Federated mode: compress a round update ``vec`` ``[d]``.
+
+        The warm-up schedule follows the round number (1-based: round ``r`` is in
+        stage ``(r - 1) // warmup_steps_per_stage``), not the number of rounds
+        this client took part in: like the paper's epochs, a stage is a stretch
+        of the run's training, and a client selected only now and then must use
+        the same density as the others.
+        """
+        return self._compress(vec, seed, round, self.density_at(max(0, round - 1)))
 
     def decode(self, payload: Payload) -> torch.Tensor:
         """Sparse (or dense-fallback) payload -> float32 ``[d]``; stateless."""
@@ -249,7 +258,9 @@ class DGC:
             ]
         return self._segments
 
-    def _compress(self, grad: torch.Tensor, seed: int, round: int) -> Payload:
+    def _compress(
+        self, grad: torch.Tensor, seed: int, round: int, density: float
+    ) -> Payload:
         st = self.state
         expected = (self.layout.numel if self.layout is not None
                     else None if st.velocity is None else st.velocity.numel())
@@ -265,7 +276,6 @@ class DGC:
             st.momentum = torch.zeros(d, dtype=torch.float32)
             st.velocity = torch.zeros(d, dtype=torch.float32)
         u_all, v_all = st.momentum, st.velocity
-        density = self.density()
         m = self.momentum
         idx_parts: list[torch.Tensor] = [torch.zeros(0, dtype=torch.int64)]
         val_parts: list[torch.Tensor] = [torch.zeros(0, dtype=torch.float32)]

@@ -53,8 +53,20 @@ def _valid_params(factory: CompressorFactory) -> list[str] | None:
                           inspect.Parameter.KEYWORD_ONLY)]
 
 
-def create_compressor(name: str, **params: Any) -> Compressor:
+def _takes_layout(factory: CompressorFactory) -> bool:
+    return "layout" in inspect.signature(factory).parameters
+
+
+def create_compressor(
+    name: str, /, *, layout: Layout | None = None, **params: Any
+) -> Compressor:
     """Build a registered compressor.
+
+    ``layout`` is the model's tensor layout, context rather than a setting: it is
+    handed to every factory that declares a ``layout`` parameter (DGC, which
+    like the paper's code sparsifies only tensors with more than one dimension),
+    including the inner compressor of a wrapper such as ``fp16``, unless
+    ``params`` sets ``layout`` itself.
 
     Raises
     ------
@@ -77,16 +89,24 @@ def create_compressor(name: str, **params: Any) -> Compressor:
                 f"unknown parameter(s) {unknown} for compressor {key!r}; "
                 f"valid: {sorted(valid)}"
             )
+    if layout is not None and "layout" not in params and _takes_layout(factory):
+        params["layout"] = layout
     try:
         return factory(**params)
     except TypeError as exc:
         raise CompressionError(f"bad parameters for compressor {key!r}: {exc}") from exc
 
 
-def _fp16(inner: str, inner_params: Mapping[str, Any] | None = None) -> Compressor:
+def _fp16(
+    inner: str,
+    inner_params: Mapping[str, Any] | None = None,
+    layout: Layout | Mapping[str, Any] | None = None,
+) -> Compressor:
     """``fp16`` wrapper: ``create_compressor("fp16", inner="topk",
-    inner_params={"ratio": 0.01})``."""
-    return FP16(create_compressor(inner, **dict(inner_params or {})))
+    inner_params={"ratio": 0.01})``; ``layout`` is passed on to the inner one."""
+    if isinstance(layout, Mapping):
+        layout = Layout.from_dict(layout)
+    return FP16(create_compressor(inner, layout=layout, **dict(inner_params or {})))
 
 
 def _dgc(ratio: float = 0.001, *, momentum: float = 0.9, nesterov: bool = False,
