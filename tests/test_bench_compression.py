@@ -47,8 +47,13 @@ def test_methods_config(monkeypatch: pytest.MonkeyPatch) -> None:
     dgc = ms["dgc"].compression
     assert dgc["name"] == "fp16" and dgc["params"]["inner"] == "dgc"
     inner = dgc["params"]["inner_params"]
-    # The layout travels explicitly, so biases stay dense inside the fp16 wrapper.
-    assert inner["layout"] == layout.to_dict() and inner["ratio"] == 0.001
+    assert "layout" not in inner and inner["ratio"] == 0.001
+    # Built as the client SDK and the coordinator build it, the DGC inside the
+    # fp16 wrapper gets the model layout (so biases travel dense).
+    from fedplat.compression import create_compressor
+
+    comp = create_compressor("fp16", layout=layout, **dgc["params"])
+    assert comp.inner.layout == layout
     assert ms["dgc"].warmup_rounds == 4 * FULL.warmup_rounds_per_stage
     assert ms["dgc_no_momentum_correction"].compression["params"]["inner_params"][
         "momentum_correction"] is False
@@ -125,6 +130,17 @@ def test_long_run(tiny: dict) -> None:
         assert set(m) == KEYS
         assert m["dense_uplink_bytes"] == 4 * d * long["rounds"] * tiny["setup"][
             "clients"]
-        assert long["details"][m["method"]]["rounds_completed"] == long["rounds"]
+    assert long["seeds"] == [0, 1]
+    for key, det in long["details"].items():
+        assert key.split("/")[0] in ("dense", "dgc")
+        assert det["rounds_completed"] == long["rounds"]
+    assert len(long["details"]) == 4
     assert long["methods"][1]["compression_ratio"] > 1.5
     assert isinstance(long["goals"]["dgc_within_1_point"], bool)
+    acc = long["final_accuracy_per_seed"]
+    assert acc["dense"][0] == long["methods"][0]["final_accuracy"]
+    gaps = long["dgc_gap_points_per_seed"]
+    want = [100 * (a - b) for a, b in zip(acc["dense"], acc["dgc"], strict=True)]
+    assert gaps == pytest.approx(want)
+    assert long["goals"]["dgc_mean_gap_points"] == pytest.approx(sum(gaps) / 2)
+    assert isinstance(long["goals"]["dgc_within_1_point_mean_over_seeds"], bool)
