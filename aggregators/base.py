@@ -314,6 +314,20 @@ class Rule:
         return f"{type(self).__name__}({params})"
 
 
+def all_finite(v: torch.Tensor) -> bool:
+    """Whether every entry of ``v`` is finite, in one pass and no allocation of
+    ``v``'s size for float32/float16 (``torch.isfinite(v).all()`` allocates two
+    such tensors, page faults included: ~2 ms at ``d = 1e6``, a fifth of a
+    plain mean): their float64 sum cannot overflow, so it is finite exactly
+    when every entry is (an inf or a NaN makes it inf or NaN)."""
+    if (
+        v.dtype in (torch.float32, torch.float16, torch.bfloat16)
+        and v.numel() < 1 << 40
+    ):
+        return math.isfinite(float(v.sum(dtype=torch.float64)))
+    return bool(torch.isfinite(v).all())
+
+
 def aggregate_finite(
     rule: Rule, updates: torch.Tensor, weights: torch.Tensor
 ) -> RuleOutput:
@@ -326,7 +340,7 @@ def aggregate_finite(
     """
     snapshot = {k: v.clone() for k, v in rule.state_dict().items()}
     out = rule.aggregate_rows(updates, weights)
-    if bool(torch.isfinite(out.aggregate).all()):
+    if all_finite(out.aggregate):
         return out
     finite = torch.isfinite(updates).all(dim=1)
     if bool(finite.all()):

@@ -376,3 +376,20 @@ def test_non_finite_retry_restores_bucketing_state() -> None:
     keep = [0, 1, 3, 4, 5]
     assert torch.allclose(out.aggregate, ref(x[keep]).aggregate)
     assert math.isclose(sum(out.report.weight.tolist()), 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_all_finite_matches_isfinite(dtype: torch.dtype) -> None:
+    from fedplat.aggregators.base import all_finite
+
+    big = torch.finfo(dtype).max
+    v = torch.full((1000,), big, dtype=dtype)  # finite, but its float32 sum is not
+    assert all_finite(v)
+    for bad in (math.inf, -math.inf, math.nan):
+        w = v.clone()
+        w[123] = bad
+        assert not all_finite(w)
+    w = v.clone()
+    w[0], w[1] = math.inf, -math.inf  # would cancel to nan, still caught
+    assert not all_finite(w)
+    assert all_finite(torch.zeros(0, dtype=dtype))
