@@ -907,6 +907,16 @@ class RoundEngine:
 
     def _fail_round(self, r: _Round, reason: str) -> RoundOutcome:
         self.store.finish_round(self.run_id, r.number, status="failed", reason=reason)
+        if r.updates and self.uplink.mode == "local":
+            # Under local DP every upload is a noised release whether or not the
+            # round completes: the accountant counts it. (Central DP releases
+            # nothing from a failed round.) Its state reaches the store with the
+            # next checkpoint; the metrics are stored now.
+            self.store.add_metrics(
+                self.run_id,
+                self.uplink.account(len(r.selected), r.num_live),
+                round_number=r.number,
+            )
         self.store.add_event(
             self.run_id,
             "round_failed",

@@ -169,3 +169,42 @@ def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidArgument, match="bad compressed payload"):
         engine.uplink.decode(forged, 1)
+
+
+def test_local_dp_counts_the_releases_of_a_failed_round(tmp_path: Path) -> None:
+    """Under local DP an upload is a noised release even if its round then fails
+    (here: quorum not reached), so the accountant must count that round."""
+    from fedplat.server.engine import RoundEngine
+
+    from fedplat.sim import VirtualClock
+    from fedplat.transport.inmemory import InMemoryConnection
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=1,
+            clients=2,
+            compression={"name": "countsketch", "params": {"rows": 1, "cols": 500}},
+            privacy={"mode": "local", "noise_multiplier": 1.0, "clip_norm": 1.0},
+        )
+    )
+    store = Store(cfg.store.url)
+    engine = RoundEngine(cfg, store, clock=VirtualClock())
+    build = _build()
+    a, b = (build(i, lambda: InMemoryConnection(engine)) for i in range(2))
+    for c in (a, b):
+        c.step(0)  # enrol
+    engine.open_round()
+    a.step(0)  # only a uploads
+    failed = engine.close_round()
+    assert not failed.completed and "quorum" in (failed.reason or "")
+    eps = [m.value for m in store.list_metrics(engine.run_id, "privacy.epsilon")]
+    assert len(eps) == 1 and eps[0] > 0
+    engine.open_round()  # second attempt of round 1
+    for c in (a, b):
+        c.step(0)
+    done = engine.close_round()
+    assert done.completed
+    eps = [m.value for m in store.list_metrics(engine.run_id, "privacy.epsilon")]
+    # Two releases accounted: more than one round's worth.
+    assert len(eps) == 2 and eps[1] > eps[0]
