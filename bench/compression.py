@@ -8,12 +8,15 @@ store's participations (``bytes_up``), never computed from a formula.
 Setup (``FULL``): Fashion-MNIST, MLP 784-200-200-10 (d = 199,210), 10 clients with an
 IID split (6,000 images each; DGC is a data-parallel method and the paper's
 experiments are IID), all clients every round. A round is ONE plain-SGD step (batch
-32) on each client, which sends ``w_local - w_t = -lr_t g``: the paper's per-step
-mode, where a round is an iteration of data-parallel SGD with a global batch of 320.
-1,000 rounds = 5.3 epochs. ``lr_t`` follows a cosine schedule from 0.1 to 0 over the
-run (the paper's CIFAR recipe uses a cosine schedule; with a constant lr the final
-evaluation of one run moved by +-1 point between evaluations), identical for every
-method.
+32, client lr 1) on each client, which sends ``w_local - w_t = -g``: the paper's
+per-step mode, where a round is an iteration of data-parallel SGD with a global batch
+of 320. 1,000 rounds = 5.3 epochs. The server applies the learning rate ``lr_t``, a
+cosine schedule from 0.1 to 0 over the run (``server_optimizer.lr_schedule``; the
+paper's CIFAR recipe uses a cosine schedule), identical for every method, when an
+update arrives: that is what ``torch.optim.SGD`` and the DGC reference optimizer do
+(the velocity holds raw gradients; the current lr scales what is sent). An earlier
+version scaled on the client (``-lr_t g``), which hands DGC's late-arriving
+coordinates the larger lr of the round they were computed in.
 
 Warm-up: the paper's densities 25%, 6.25%, 1.5625%, 0.39%, then 0.1%, 12 rounds per
 stage, so warm-up is the first 48 rounds = 4.8% of training. The paper runs one stage
@@ -25,8 +28,8 @@ accuracy (0.854 vs 0.860) and cut the whole-run ratio from 175x to 30x.
 
 Methods (``methods()``):
 
-* ``dense``: identity compressor, server momentum 0.9 (FedAvgM, server lr 1):
-  dense momentum SGD on the averaged update, which is exactly what DGC reduces to at
+* ``dense``: identity compressor, server momentum 0.9 (FedAvgM, server lr ``lr_t``):
+  dense momentum SGD on the averaged gradient, which is exactly what DGC reduces to at
   ``ratio=1`` (``u <- m u + g`` on every coordinate, sent and applied).
 * ``dense_fedavg``: identity compressor, plain FedAvg (no momentum), for reference.
 * ``dgc``: DGC at 0.1% density (99.9% sparsity) with momentum correction, momentum
@@ -86,7 +89,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -121,9 +124,15 @@ class Setup:
     rounds: int = 1000
     local_steps: int = 1
     batch_size: int = 32
+    # Clients take their step(s) with ``client_lr`` (1: a round's update is minus
+    # the minibatch gradient); the *server* applies the learning rate ``lr`` of the
+    # global SGD, on the schedule ``lr_schedule`` ("cosine": lr (1 + cos(pi t /
+    # rounds)) / 2 in round t + 1, as the paper's CIFAR runs; "constant"), at the
+    # moment an update arrives, as torch.optim.SGD and DGC's reference optimizer
+    # do. Scaling on the client instead would apply the early, larger lr to
+    # values that DGC delivers hundreds of rounds late.
+    client_lr: float = 1.0
     lr: float = 0.1
-    # "cosine": lr * (1 + cos(pi t / rounds)) / 2 in round t (the paper's CIFAR
-    # runs use a cosine schedule); "constant": lr throughout.
     lr_schedule: str = "cosine"
     server_momentum: float = 0.9
     eval_every: int = 100
@@ -132,10 +141,11 @@ class Setup:
     warmup_rounds_per_stage: int = 12
     topk_ratio: float = 0.001
     sketch_reduction: int = 20
-    # E||R^T R h||^2 ~ (1 + d/b)||h||^2: the global step must shrink (Song et al.).
-    sketch_server_lr: float = 0.25
-    # About the norm of one client's update -lr g early in training (||g|| ~ 0.5-1).
-    dp_clip_norm: float = 0.1
+    # E||R^T R h||^2 ~ (1 + d/b)||h||^2: the global step must shrink (Song et al.):
+    # the sketch methods' server lr is lr times this factor.
+    sketch_lr_factor: float = 0.25
+    # About the norm of one client's update -g early in training (||g|| ~ 0.5-1).
+    dp_clip_norm: float = 1.0
     codec_repeats: int = 20
     seed: int = 0
     # Dense and DGC again over this many rounds (0: skip), reported under
@@ -153,7 +163,7 @@ TINY = Setup(
     hidden=(32,),
     clients=4,
     rounds=10,
-    local_steps=2,
+    local_steps=1,
     batch_size=16,
     lr=0.1,
     eval_every=5,
@@ -200,8 +210,9 @@ def model_layout(setup: Setup) -> Any:
 def methods(setup: Setup, layout: Any) -> list[Method]:
     """The benchmark's methods for ``setup`` (see the module docstring)."""
     d = int(layout.numel)
-    momentum = {"name": "fedavgm", "lr": 1.0, "momentum": setup.server_momentum}
-    plain = {"name": "fedavg", "lr": 1.0}
+    sched = {"lr": setup.lr, "lr_schedule": setup.lr_schedule}
+    momentum = {"name": "fedavgm", "momentum": setup.server_momentum, **sched}
+    plain = {"name": "fedavg", **sched}
     warmup = 4 * setup.warmup_rounds_per_stage  # four warm-up densities, Sec. 3.3
     dgc_params: dict[str, Any] = {
         "ratio": setup.dgc_ratio,
@@ -211,7 +222,7 @@ def methods(setup: Setup, layout: Any) -> list[Method]:
     no_mc = {**dgc_params, "momentum_correction": False}
     cols = math.ceil(d / setup.sketch_reduction)
     sketch = {"name": "countsketch", "params": {"rows": 1, "cols": cols}}
-    sketch_opt = {**momentum, "lr": setup.sketch_server_lr}
+    sketch_opt = {**momentum, "lr": setup.lr * setup.sketch_lr_factor}
     out = [
         Method("dense", "identity, FedAvgM 0.9 (= DGC at ratio 1)", {"name":
                "identity"}, momentum),
@@ -231,7 +242,7 @@ def methods(setup: Setup, layout: Any) -> list[Method]:
                "feedback, FedAvgM 0.9",
                {"name": "topk", "params": {"ratio": setup.topk_ratio}}, momentum),
         Method("countsketch", f"count-sketch 1x{cols} (d/{setup.sketch_reduction}), "
-               f"linear de-sketch, FedAvgM 0.9 lr {setup.sketch_server_lr}",
+               f"linear de-sketch, FedAvgM 0.9 lr {setup.sketch_lr_factor} x",
                sketch, sketch_opt),
     ]
     for eps in DP_EPSILONS:
@@ -259,7 +270,7 @@ def run_config(setup: Setup, method: Method, workdir: Path) -> dict[str, Any]:
                       "min_available": setup.clients, "quorum": setup.clients},
         "deadlines": {"round_seconds": 600},
         "client_training": {"epochs": 1, "batch_size": setup.batch_size,
-                            "lr": setup.lr, "max_steps": setup.local_steps},
+                            "lr": setup.client_lr, "max_steps": setup.local_steps},
         "server_optimizer": method.server_optimizer,
         "compression": method.compression,
         "privacy": method.privacy or {"mode": "none"},
@@ -269,18 +280,8 @@ def run_config(setup: Setup, method: Method, workdir: Path) -> dict[str, Any]:
     }
 
 
-def lr_at(setup: Setup, round_index: int) -> float:
-    """The clients' learning rate in round ``round_index`` (0-based)."""
-    if setup.lr_schedule == "constant":
-        return setup.lr
-    if setup.lr_schedule == "cosine":
-        t = min(round_index, setup.rounds - 1) / setup.rounds
-        return setup.lr * 0.5 * (1.0 + math.cos(math.pi * t))
-    raise ValueError(f"unknown lr_schedule {setup.lr_schedule!r}")
-
-
 def _client_builder(setup: Setup) -> Callable[[int, Any], Any]:
-    from fedplat.client import Client, FitResult
+    from fedplat.client import Client
     from fedplat.client.reference import ReferenceSpec, reference_parts
 
     def build(i: int, factory: Any) -> Client:
@@ -290,16 +291,7 @@ def _client_builder(setup: Setup) -> Callable[[int, Any], Any]:
             num_partitions=setup.clients, partition_id=i,
             partition=setup.partition, seed=setup.seed,
         ))
-        calls = [0]
-
-        def train(model: torch.nn.Module, config: Mapping[str, Any]) -> FitResult:
-            # Tasks carry no round number; every client takes part in every
-            # round, so its n-th training call is round n.
-            lr = lr_at(setup, calls[0])
-            calls[0] += 1
-            return parts.train(model, {**config, "lr": lr})
-
-        return Client(None, parts.model, train, num_examples=parts.num_examples,
+        return Client(None, parts.model, parts.train, num_examples=parts.num_examples,
                       connection_factory=factory, name=f"c{i}")
 
     return build

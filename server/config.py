@@ -112,6 +112,16 @@ class AggregatorSection(_Strict):
 class ServerOptimizerSection(_Strict):
     name: Literal["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"] = "fedavg"
     lr: float = Field(default=1.0, gt=0)
+    # "cosine": lr_min + (lr - lr_min) (1 + cos(pi (t - 1) / T)) / 2 in round t of
+    # T = run.rounds (Loshchilov & Hutter's annealing without restarts).
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_min: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _lr_min_below_lr(self) -> ServerOptimizerSection:
+        if self.lr_min > self.lr:
+            raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
+        return self
     momentum: float = Field(default=0.9, ge=0, lt=1)
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.99, ge=0, lt=1)

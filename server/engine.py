@@ -175,7 +175,7 @@ class RoundEngine:
             self.aggregator = _build_aggregator(cfg)
         except (AggregationError, ValueError) as exc:
             raise ConfigError(f"aggregator: {exc}") from exc
-        self.optimizer = ServerOptimizer(cfg.server_optimizer)
+        self.optimizer = ServerOptimizer(cfg.server_optimizer, cfg.run.rounds)
         model = build_model(cfg)
         self.layout: Layout = layout_of(model)
         self.uplink = UplinkPlan(cfg, self.layout)
@@ -774,7 +774,7 @@ class RoundEngine:
             aggregate = self.uplink.noise_mean(
                 result.aggregate.to(torch.float32), len(ids)
             )
-            new_weights = self.optimizer.step(self.weights, aggregate)
+            new_weights = self.optimizer.step(self.weights, aggregate, r.number)
         except AggregationError as exc:
             return self._fail_round(r, f"aggregation failed: {exc}")
         if not bool(torch.isfinite(new_weights).all()):
@@ -831,6 +831,7 @@ class RoundEngine:
             "round_seconds": self.clock() - r.opened_at,
             "num_updates": float(len(ids)),
             "update_norm": float(result.aggregate.norm()),
+            "server_lr": self.optimizer.lr_at(r.number),
             **privacy_metrics,
         }
         sent = sum(r.updates[c].nbytes for c in ids)
@@ -884,9 +885,10 @@ class RoundEngine:
         def subset_global(u: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
             # The global model a subset of clients would have produced, from the
             # pre-round optimizer state: no side effects on the real optimizer.
-            opt = ServerOptimizer(self.cfg.server_optimizer)
+            opt = ServerOptimizer(self.cfg.server_optimizer, self.cfg.run.rounds)
             opt.load_state_dict(optimizer_before)
-            return opt.step(global_before, FedAvg()(u, w).aggregate.to(torch.float32))
+            agg = FedAvg()(u, w).aggregate.to(torch.float32)
+            return opt.step(global_before, agg, number)
 
         try:
             self.contribution.on_round(

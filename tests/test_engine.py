@@ -281,3 +281,54 @@ def test_server_optimizers_hand_checked(name: str) -> None:
     opt2 = ServerOptimizer(opt.cfg)
     opt2.load_state_dict(state)
     assert torch.equal(opt.step(w1, d), opt2.step(w1, d))
+
+
+def test_cosine_server_lr_schedule(tmp_path: Path) -> None:
+    from fedplat.server.config import ServerOptimizerSection
+
+    sec = ServerOptimizerSection(name="fedavgm", lr=0.1, lr_schedule="cosine")
+    opt = ServerOptimizer(sec, total_rounds=4)
+    # 0.1 * (1 + cos(pi * (t - 1) / 4)) / 2 for t = 1..4
+    want = [0.1, 0.0853553, 0.05, 0.0146447]
+    assert [round(opt.lr_at(t), 7) for t in (1, 2, 3, 4)] == want
+    assert opt.lr_at(9) == opt.lr_at(4)  # clamped past the last round
+    with pytest.raises(ValueError, match="round number"):
+        opt.lr_at(None)
+    with pytest.raises(ValueError, match="needs the run's rounds"):
+        ServerOptimizer(sec)
+    # FedAvgM with the schedule is momentum SGD, lr applied on arrival:
+    # m_t = 0.9 m_{t-1} + d_t, w_t = w_{t-1} + lr_t m_t.
+    w = torch.zeros(1)
+    d = torch.ones(1)
+    w = opt.step(w, d, 1)
+    w = opt.step(w, d, 2)
+    assert torch.allclose(w, torch.tensor([0.1 * 1 + 0.0853553 * 1.9]))
+    floor = ServerOptimizer(
+        ServerOptimizerSection(lr=0.1, lr_schedule="cosine", lr_min=0.02), 2
+    )
+    assert floor.lr_at(2) == pytest.approx(0.06)
+    with pytest.raises(ConfigError, match="lr_min"):
+        _cfg(tmp_path, server_optimizer={"lr": 0.1, "lr_min": 0.5})
+    # The engine applies it per round and stores the lr it used.
+    cfg = _cfg(
+        tmp_path,
+        rounds=2,
+        clients=2,
+        server_optimizer={"name": "fedavg", "lr": 1.0, "lr_schedule": "cosine"},
+    )
+    store = Store(cfg.store.url)
+    engine = RoundEngine(cfg, store, clock=VirtualClock())
+    a = _shift_client(engine, "a", 1.0)
+    b = _shift_client(engine, "b", 1.0)
+    w0 = engine.weights.clone()
+    for rnd_lr in (1.0, 0.5):
+        for c in (a, b):
+            c.step(0)
+        engine.open_round()
+        for c in (a, b):
+            c.step(0)
+        before = engine.weights.clone()
+        assert engine.close_round().completed
+        assert torch.allclose(engine.weights - before, torch.full_like(w0, rnd_lr))
+    lrs = [m.value for m in store.list_metrics(engine.run_id, "server_lr")]
+    assert lrs == [1.0, 0.5]
