@@ -154,3 +154,22 @@ def test_compile_failure_falls_back_with_one_warning(
     assert ("median", 6, torch.float32) in kernels._failed
     warnings = [r for r in caplog.records if "compiled order statistics" in r.message]
     assert len(warnings) == 1
+
+
+def test_a_kernel_that_raises_is_dropped_for_the_eager_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kernels = fs._Kernels()
+
+    def faulty(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        raise RuntimeError("simulated kernel fault")
+
+    kernels._ready[("median", 5, torch.float32)] = faulty
+    monkeypatch.setattr(fs, "_KERNELS", kernels)
+    monkeypatch.setattr(fs, "MIN_COLUMNS", 8)
+    monkeypatch.setenv("FEDPLAT_FUSED_ORDER_STATS", "1")
+    x = torch.randn(5, 30)
+    got = os_.coordinate_median(x).aggregate
+    assert torch.equal(got, torch.from_numpy(np.median(x.numpy(), axis=0)))
+    assert ("median", 5, torch.float32) in kernels._failed
+    assert not kernels.compiled_keys()
