@@ -482,9 +482,7 @@ def markdown(summary: dict[str, Any]) -> str:
             for a, b in best.items()
         )
 
-    robust = summary.get("best_robust_per_attack") or best_per_attack(
-        rows, exclude=("mean",)
-    )
+    robust = summary["best_robust_per_attack"]
     base = summary["no_attack_fedavg"]
     cc = {
         r["attack"]: base - r["accuracy_mean"]
@@ -597,8 +595,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         )
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
         write_docs(summary, args.docs if args.docs is not None else DOCS)
-        log_text = markdown(summary)
-        print(log_text)
+        print(markdown(summary))
         return summary
     torch.set_num_threads(args.threads)
     setup = TINY if args.tiny else Setup()

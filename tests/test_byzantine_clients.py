@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from conftest import Procs, run_config, wait_for, write_config
+from conftest import Procs, digits_client, run_config, wait_for, write_config
 from fedplat.client import Client
 from fedplat.client.byzantine import AttackLayer, Coalition
 from fedplat.client.middleware import OutgoingUpdate
-from fedplat.client.reference import ReferenceSpec, reference_parts
 from fedplat.server.config import parse_config
 
 from fedplat.cli import wait_healthy
@@ -64,26 +63,10 @@ def _sim(tmp: Path, aggregator: dict[str, Any], name: str) -> list[float]:
     co = Coalition(f)
 
     def build(i: int, factory: Any) -> Client:
-        p = reference_parts(
-            ReferenceSpec(
-                dataset="digits",
-                model="mlp",
-                model_params={"hidden": [64]},
-                num_partitions=n,
-                partition_id=i,
-            )
-        )
         # Clients are stepped in index order: the attackers come last.
         layer = AttackLayer("alie", coalition=co) if i >= n - f else co.observer()
-        return Client(
-            None,
-            p.model,
-            p.train,
-            num_examples=p.num_examples,
-            connection_factory=factory,
-            name=f"c{i}",
-            middleware=[layer],
-        )
+        client: Client = digits_client(i, factory, n, middleware=[layer])
+        return client
 
     res = simulate(cfg, build, n)
     return [r.accuracy or 0.0 for r in res.rounds]

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_config
+from conftest import digits_client, run_config
 from fedplat.client import Client, FitResult
-from fedplat.client.reference import ReferenceSpec, reference_parts
 from fedplat.server.checkpoint import CheckpointError
 from fedplat.server.config import ConfigError, parse_config
 from fedplat.server.engine import RoundEngine
@@ -54,26 +53,7 @@ def _shift_client(
 def test_simulation_learns_on_digits(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=3, clients=4)
 
-    def build(i: int, factory: Any) -> Client:
-        p = reference_parts(
-            ReferenceSpec(
-                dataset="digits",
-                model="mlp",
-                model_params={"hidden": [64]},
-                num_partitions=4,
-                partition_id=i,
-            )
-        )
-        return Client(
-            None,
-            p.model,
-            p.train,
-            num_examples=p.num_examples,
-            connection_factory=factory,
-            name=f"c{i}",
-        )
-
-    res = simulate(cfg, build, 4)
+    res = simulate(cfg, lambda i, factory: digits_client(i, factory, 4), 4)
     acc = [r.accuracy for r in res.rounds]
     assert len(acc) == 3 and all(r.completed for r in res.rounds)
     assert acc[-1] > acc[0] + 0.1, acc
@@ -87,27 +67,10 @@ def test_seeded_simulation_is_reproducible(tmp_path: Path) -> None:
         tmp.mkdir()
         cfg = _cfg(tmp, rounds=3, clients=3, min_available=5)
 
-        def build(i: int, factory: Any) -> Client:
-            p = reference_parts(
-                ReferenceSpec(
-                    dataset="digits",
-                    model="mlp",
-                    model_params={"hidden": [64]},
-                    num_partitions=5,
-                    partition_id=i,
-                )
-            )
-            return Client(
-                None,
-                p.model,
-                p.train,
-                num_examples=p.num_examples,
-                connection_factory=factory,
-                name=f"c{i}",
-            )
-
         store = Store(cfg.store.url)
-        res = simulate(cfg, build, 5, store=store)
+        res = simulate(
+            cfg, lambda i, factory: digits_client(i, factory, 5), 5, store=store
+        )
         names = {c.id: c.name for c in store.list_clients(res.run_id)}
         chosen = [
             sorted(

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import run_config
+from conftest import digits_client, run_config
 from fedplat.client import Client
-from fedplat.client.reference import ReferenceSpec, reference_parts
 from fedplat.server.config import parse_config
 
 from fedplat.cli import main
@@ -37,24 +36,8 @@ def test_ledger_through_the_engine(tmp_path: Path, capsys: Any) -> None:
     )
 
     def build(i: int, factory: Any) -> Client:
-        p = reference_parts(
-            ReferenceSpec(
-                dataset="digits",
-                model="mlp",
-                model_params={"hidden": [64]},
-                num_partitions=n,
-                partition_id=i,
-                label_flip=(i == 0),
-            )
-        )
-        return Client(
-            None,
-            p.model,
-            p.train,
-            num_examples=p.num_examples,
-            connection_factory=factory,
-            name=f"c{i}",
-        )
+        client: Client = digits_client(i, factory, n, label_flip=(i == 0))
+        return client
 
     res = simulate(cfg, build, n)
     assert all(r.completed for r in res.rounds)

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_config
+from conftest import digits_client, run_config
 from fedplat.client import Client
-from fedplat.client.reference import ReferenceSpec, reference_parts
 from fedplat.server.config import ConfigError, parse_config
 
 from fedplat.sim import simulate
@@ -18,24 +17,9 @@ from fedplat.store import Store
 
 def _build(state_root: Path | None = None) -> Any:
     def build(i: int, factory: Any) -> Client:
-        p = reference_parts(
-            ReferenceSpec(
-                dataset="digits",
-                model="mlp",
-                model_params={"hidden": [64]},
-                num_partitions=4,
-                partition_id=i,
-            )
-        )
-        return Client(
-            None,
-            p.model,
-            p.train,
-            num_examples=p.num_examples,
-            connection_factory=factory,
-            name=f"c{i}",
-            state_dir=None if state_root is None else state_root / f"c{i}",
-        )
+        state_dir = None if state_root is None else state_root / f"c{i}"
+        client: Client = digits_client(i, factory, 4, state_dir=state_dir)
+        return client
 
     return build
 
