@@ -30,8 +30,6 @@ class ServerOptimizer:
     ) -> None:
         if cfg.lr_schedule != "constant" and (total_rounds is None or total_rounds < 1):
             raise ValueError(f"lr_schedule {cfg.lr_schedule!r} needs the run's rounds")
-        if cfg.lr_min > cfg.lr:
-            raise ValueError(f"lr_min ({cfg.lr_min}) must not exceed lr ({cfg.lr})")
         self.cfg = cfg
         self.total_rounds = total_rounds
         self.state: dict[str, torch.Tensor] = {}
