@@ -223,53 +223,99 @@ def methods(setup: Setup, layout: Any) -> list[Method]:
     sketch = {"name": "countsketch", "params": {"rows": 1, "cols": cols}}
     sketch_opt = {**momentum, "lr": setup.lr * setup.sketch_lr_factor}
     out = [
-        Method("dense", "identity, FedAvgM 0.9 (= DGC at ratio 1)", {"name":
-               "identity"}, momentum),
-        Method("dense_fedavg", "identity, plain FedAvg (no momentum)",
-               {"name": "identity"}, plain),
-        Method("dgc", "fp16(DGC 0.1% + warm-up), plain mean at the server",
-               {"name": "fp16", "params": {"inner": "dgc", "inner_params":
-                                           dgc_params}}, plain,
-               warmup_rounds=warmup),
-        Method("dgc_fp32", "DGC 0.1% + warm-up, float32 values",
-               {"name": "dgc", "params": dgc_params}, plain, warmup_rounds=warmup),
-        Method("dgc_no_momentum_correction",
-               "fp16(DGC 0.1% + warm-up, momentum_correction=false), FedAvgM 0.9",
-               {"name": "fp16", "params": {"inner": "dgc", "inner_params": no_mc}},
-               momentum, warmup_rounds=warmup),
-        Method("topk_ef", f"top-k {setup.topk_ratio:.2%} of all entries, error "
-               "feedback, FedAvgM 0.9",
-               {"name": "topk", "params": {"ratio": setup.topk_ratio}}, momentum),
-        Method("countsketch", f"count-sketch 1x{cols} (d/{setup.sketch_reduction}), "
-               f"linear de-sketch, FedAvgM 0.9 lr {setup.sketch_lr_factor} x",
-               sketch, sketch_opt),
+        Method(
+            "dense",
+            "identity, FedAvgM 0.9 (= DGC at ratio 1)",
+            {"name": "identity"},
+            momentum,
+        ),
+        Method(
+            "dense_fedavg",
+            "identity, plain FedAvg (no momentum)",
+            {"name": "identity"},
+            plain,
+        ),
+        Method(
+            "dgc",
+            "fp16(DGC 0.1% + warm-up), plain mean at the server",
+            {"name": "fp16", "params": {"inner": "dgc", "inner_params": dgc_params}},
+            plain,
+            warmup_rounds=warmup,
+        ),
+        Method(
+            "dgc_fp32",
+            "DGC 0.1% + warm-up, float32 values",
+            {"name": "dgc", "params": dgc_params},
+            plain,
+            warmup_rounds=warmup,
+        ),
+        Method(
+            "dgc_no_momentum_correction",
+            "fp16(DGC 0.1% + warm-up, momentum_correction=false), FedAvgM 0.9",
+            {"name": "fp16", "params": {"inner": "dgc", "inner_params": no_mc}},
+            momentum,
+            warmup_rounds=warmup,
+        ),
+        Method(
+            "topk_ef",
+            f"top-k {setup.topk_ratio:.2%} of all entries, error feedback, FedAvgM 0.9",
+            {"name": "topk", "params": {"ratio": setup.topk_ratio}},
+            momentum,
+        ),
+        Method(
+            "countsketch",
+            f"count-sketch 1x{cols} (d/{setup.sketch_reduction}), "
+            f"linear de-sketch, FedAvgM 0.9 lr {setup.sketch_lr_factor} x",
+            sketch,
+            sketch_opt,
+        ),
     ]
     for eps in DP_EPSILONS:
-        out.append(Method(
-            f"countsketch_dp_eps{eps:g}",
-            f"count-sketch + local DP (clip {setup.dp_clip_norm}, eps {eps:g}, "
-            f"delta {DP_DELTA:g} over {setup.rounds} rounds)",
-            sketch, sketch_opt,
-            privacy={"mode": "local", "epsilon": eps, "delta": DP_DELTA,
-                     "clip_norm": setup.dp_clip_norm},
-            target_epsilon=eps,
-        ))
+        out.append(
+            Method(
+                f"countsketch_dp_eps{eps:g}",
+                f"count-sketch + local DP (clip {setup.dp_clip_norm}, eps {eps:g}, "
+                f"delta {DP_DELTA:g} over {setup.rounds} rounds)",
+                sketch,
+                sketch_opt,
+                privacy={
+                    "mode": "local",
+                    "epsilon": eps,
+                    "delta": DP_DELTA,
+                    "clip_norm": setup.dp_clip_norm,
+                },
+                target_epsilon=eps,
+            )
+        )
     return out
 
 
 def run_config(setup: Setup, method: Method, workdir: Path) -> dict[str, Any]:
     """The run configuration (as for ``fedplat.server.config.parse_config``)."""
     return {
-        "run": {"name": f"bench-{method.name}", "rounds": setup.rounds,
-                "seed": setup.seed},
+        "run": {
+            "name": f"bench-{method.name}",
+            "rounds": setup.rounds,
+            "seed": setup.seed,
+        },
         "model": {"name": "mlp", "params": {"hidden": list(setup.hidden)}},
-        "data": {"dataset": setup.dataset, "eval_every": setup.eval_every,
-                 "eval_max_examples": setup.eval_max_examples},
-        "selection": {"clients_per_round": setup.clients,
-                      "min_available": setup.clients, "quorum": setup.clients},
+        "data": {
+            "dataset": setup.dataset,
+            "eval_every": setup.eval_every,
+            "eval_max_examples": setup.eval_max_examples,
+        },
+        "selection": {
+            "clients_per_round": setup.clients,
+            "min_available": setup.clients,
+            "quorum": setup.clients,
+        },
         "deadlines": {"round_seconds": 600},
-        "client_training": {"epochs": 1, "batch_size": setup.batch_size,
-                            "lr": setup.client_lr, "max_steps": setup.local_steps},
+        "client_training": {
+            "epochs": 1,
+            "batch_size": setup.batch_size,
+            "lr": setup.client_lr,
+            "max_steps": setup.local_steps,
+        },
         "server_optimizer": method.server_optimizer,
         "compression": method.compression,
         "privacy": method.privacy or {"mode": "none"},
@@ -284,14 +330,25 @@ def _client_builder(setup: Setup) -> Callable[[int, Any], Any]:
     from fedplat.client.reference import ReferenceSpec, reference_parts
 
     def build(i: int, factory: Any) -> Client:
-        parts = reference_parts(ReferenceSpec(
-            dataset=setup.dataset, model="mlp",
-            model_params={"hidden": list(setup.hidden)},
-            num_partitions=setup.clients, partition_id=i,
-            partition=setup.partition, seed=setup.seed,
-        ))
-        return Client(None, parts.model, parts.train, num_examples=parts.num_examples,
-                      connection_factory=factory, name=f"c{i}")
+        parts = reference_parts(
+            ReferenceSpec(
+                dataset=setup.dataset,
+                model="mlp",
+                model_params={"hidden": list(setup.hidden)},
+                num_partitions=setup.clients,
+                partition_id=i,
+                partition=setup.partition,
+                seed=setup.seed,
+            )
+        )
+        return Client(
+            None,
+            parts.model,
+            parts.train,
+            num_examples=parts.num_examples,
+            connection_factory=factory,
+            name=f"c{i}",
+        )
 
     return build
 
@@ -329,8 +386,9 @@ def codec_timing(method: Method, layout: Any, setup: Setup) -> dict[str, Any]:
             payload = privatize_payload(payload, mech, generator=noise)
         data = payload.to_bytes()
         t1 = time.perf_counter()
-        out = comp.decode(Payload.from_bytes(data, expected_d=d, expected_seed=7,
-                                             expected_round=rnd))
+        out = comp.decode(
+            Payload.from_bytes(data, expected_d=d, expected_seed=7, expected_round=rnd)
+        )
         t2 = time.perf_counter()
         assert out.shape == (d,)
         if rnd > method.warmup_rounds + 1:  # first timed call is a warm-up
@@ -340,25 +398,40 @@ def codec_timing(method: Method, layout: Any, setup: Setup) -> dict[str, Any]:
         rnd += 1
     e, dd = statistics.median(enc), statistics.median(dec)
     return {
-        "d": d, "payload_bytes": nbytes, "encode_ms": e * 1e3, "decode_ms": dd * 1e3,
-        "encode_decode_MBps": 4 * d / (e + dd) / 1e6, "repeats": len(enc),
+        "d": d,
+        "payload_bytes": nbytes,
+        "encode_ms": e * 1e3,
+        "decode_ms": dd * 1e3,
+        "encode_decode_MBps": 4 * d / (e + dd) / 1e6,
+        "repeats": len(enc),
     }
 
 
 def _round_rows(store: Any, run_id: str, d: int) -> list[dict[str, Any]]:
     rows = []
     for r in store.list_rounds(run_id):
-        parts = [p for p in store.list_participations(run_id, r.number)
-                 if p.status == "succeeded"]
+        parts = [
+            p
+            for p in store.list_participations(run_id, r.number)
+            if p.status == "succeeded"
+        ]
         sent = sum(p.bytes_up for p in parts)
-        rows.append({"round": r.number, "status": r.status, "clients": len(parts),
-                     "bytes_up": sent, "dense_bytes": 4 * d * len(parts),
-                     "accuracy": r.accuracy})
+        rows.append(
+            {
+                "round": r.number,
+                "status": r.status,
+                "clients": len(parts),
+                "bytes_up": sent,
+                "dense_bytes": 4 * d * len(parts),
+                "accuracy": r.accuracy,
+            }
+        )
     return rows
 
 
-def run_method(setup: Setup, method: Method, workroot: str,
-               threads: int = 1) -> dict[str, Any]:
+def run_method(
+    setup: Setup, method: Method, workroot: str, threads: int = 1
+) -> dict[str, Any]:
     """Run one method in this process; return its row and details."""
     torch.set_num_threads(threads)
     torch.manual_seed(setup.seed)  # local minibatch order (train_epochs' RNG)
@@ -376,20 +449,25 @@ def run_method(setup: Setup, method: Method, workroot: str,
 
     def progress(outcome: Any) -> None:
         if outcome.accuracy is not None:
-            print(f"[{method.name}] round {outcome.number}/{setup.rounds} acc "
-                  f"{outcome.accuracy:.4f} ({time.perf_counter() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{method.name}] round {outcome.number}/{setup.rounds} acc "
+                f"{outcome.accuracy:.4f} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     res = simulate(cfg, _client_builder(setup), setup.clients, on_round=progress)
     wall = time.perf_counter() - t0
     store = Store(cfg.store.url, migrate=False)
     try:
         rounds = _round_rows(store, res.run_id, d)
-        engine_ratio = [m.value for m in store.list_metrics(res.run_id,
-                                                           "compression.ratio")]
+        engine_ratio = [
+            m.value for m in store.list_metrics(res.run_id, "compression.ratio")
+        ]
         eps = [m.value for m in store.list_metrics(res.run_id, "privacy.epsilon")]
-        sigma = [m.value for m in store.list_metrics(res.run_id,
-                                                    "privacy.noise_multiplier")]
+        sigma = [
+            m.value for m in store.list_metrics(res.run_id, "privacy.noise_multiplier")
+        ]
     finally:
         store.close()
     shutil.rmtree(workdir, ignore_errors=True)
@@ -423,14 +501,18 @@ def run_method(setup: Setup, method: Method, workroot: str,
         "steady_rounds": len(steady),
         "steady_round_ratio_min": min(per_round) if per_round else None,
         "steady_round_ratio_max": max(per_round) if per_round else None,
-        "first_round_ratio": (completed[0]["dense_bytes"] / completed[0]["bytes_up"]
-                              if completed and completed[0]["bytes_up"] else None),
+        "first_round_ratio": (
+            completed[0]["dense_bytes"] / completed[0]["bytes_up"]
+            if completed and completed[0]["bytes_up"]
+            else None
+        ),
         # The engine's own per-round metric, a cross-check of the store's bytes.
         "engine_ratio_last_round": engine_ratio[-1] if engine_ratio else None,
         "accuracy_curve": accs,
         # One evaluation is noisy (+-1 point between evaluations late in a run).
-        "mean_accuracy_last_3_evals": (statistics.fmean(a for _, a in accs[-3:])
-                                       if accs else None),
+        "mean_accuracy_last_3_evals": (
+            statistics.fmean(a for _, a in accs[-3:]) if accs else None
+        ),
         "wall_seconds": wall,
         "seconds_per_round": wall / max(1, len(rounds)),
         "codec": codec_timing(method, layout, setup),
@@ -440,9 +522,12 @@ def run_method(setup: Setup, method: Method, workroot: str,
 
 def _environment(jobs: int) -> dict[str, Any]:
     return {
-        "torch": torch.__version__, "python": platform.python_version(),
-        "cpu_count": os.cpu_count(), "machine": platform.machine(),
-        "processes": jobs, "threads_per_process": 1,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "processes": jobs,
+        "threads_per_process": 1,
         "load_average_at_start": list(os.getloadavg()),
     }
 
@@ -455,15 +540,18 @@ def _speed_reference() -> dict[str, Any] | None:
     return {
         "file": "bench/results/compression_speed.json",
         "sampled_threshold_speedup_vs_topk": {
-            s["distribution"]: s["speedup"] for s in data.get("selection", [])},
+            s["distribution"]: s["speedup"] for s in data.get("selection", [])
+        },
         "encode_decode_GBps_at_d": {
             f"{c['compressor']} (d={c['d']})": c["throughput_GBps"]
-            for c in data.get("codecs", [])},
+            for c in data.get("codecs", [])
+        },
     }
 
 
 def goals(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The issue's goals, evaluated on the measured rows (None: row missing)."""
+
     def acc(name: str) -> float | None:
         r = rows.get(name)
         return None if r is None else r["final_accuracy"]
@@ -471,31 +559,41 @@ def goals(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     dense, dgc, abl = acc("dense"), acc("dgc"), acc("dgc_no_momentum_correction")
     ratio = rows["dgc"]["compression_ratio"] if "dgc" in rows else None
     out: dict[str, Any] = {
-        "dgc_accuracy_gap_points": (None if dense is None or dgc is None
-                                    else 100 * (dense - dgc)),
+        "dgc_accuracy_gap_points": (
+            None if dense is None or dgc is None else 100 * (dense - dgc)
+        ),
         "dgc_steady_ratio": ratio,
     }
-    out["dgc_within_1_point"] = (None if out["dgc_accuracy_gap_points"] is None
-                                 else out["dgc_accuracy_gap_points"] <= 1.0)
+    out["dgc_within_1_point"] = (
+        None
+        if out["dgc_accuracy_gap_points"] is None
+        else out["dgc_accuracy_gap_points"] <= 1.0
+    )
     out["dgc_ratio_at_least_270x"] = None if ratio is None else ratio >= 270.0
-    out["ablation_gap_points"] = (None if dgc is None or abl is None
-                                  else 100 * (dgc - abl))
-    out["ablation_worse"] = (None if out["ablation_gap_points"] is None
-                             else out["ablation_gap_points"] > 1.0)
+    out["ablation_gap_points"] = (
+        None if dgc is None or abl is None else 100 * (dgc - abl)
+    )
+    out["ablation_worse"] = (
+        None if out["ablation_gap_points"] is None else out["ablation_gap_points"] > 1.0
+    )
     return out
 
 
-def long_run_summary(setup: Setup,
-                     results: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+def long_run_summary(
+    setup: Setup, results: dict[tuple[str, int], dict[str, Any]]
+) -> dict[str, Any]:
     """``long_run`` of the JSON: per-seed rows, accuracies, the mean gap."""
-    seeds = [s for s in setup.long_seeds
-             if all((n, s) in results for n in LONG_METHODS)]
+    seeds = [
+        s for s in setup.long_seeds if all((n, s) in results for n in LONG_METHODS)
+    ]
     first = setup.long_seeds[0]
     lnames = [n for n in LONG_METHODS if (n, first) in results]
     lrows = {n: results[(n, first)]["row"] for n in lnames}
     gl = goals(lrows)
-    acc = {n: [results[(n, s)]["row"]["final_accuracy"] for s in seeds]
-           for n in LONG_METHODS}
+    acc = {
+        n: [results[(n, s)]["row"]["final_accuracy"] for s in seeds]
+        for n in LONG_METHODS
+    }
     gaps = [100 * (d - g) for d, g in zip(acc["dense"], acc["dgc"], strict=True)]
     ratios = [results[("dgc", s)]["row"]["compression_ratio"] for s in seeds]
     mean_gap = statistics.fmean(gaps) if gaps else None
@@ -506,36 +604,52 @@ def long_run_summary(setup: Setup,
         "methods": [lrows[n] for n in lnames],
         "seeds": seeds,
         "final_accuracy_per_seed": acc,
-        "final_accuracy_mean": {n: statistics.fmean(a) if a else None
-                                for n, a in acc.items()},
-        "final_accuracy_std": {n: statistics.stdev(a) if len(a) > 1 else None
-                               for n, a in acc.items()},
+        "final_accuracy_mean": {
+            n: statistics.fmean(a) if a else None for n, a in acc.items()
+        },
+        "final_accuracy_std": {
+            n: statistics.stdev(a) if len(a) > 1 else None for n, a in acc.items()
+        },
         "dgc_gap_points_per_seed": gaps,
         "goals": {
-            **{k: gl[k] for k in ("dgc_accuracy_gap_points", "dgc_steady_ratio",
-                                  "dgc_within_1_point", "dgc_ratio_at_least_270x")},
+            **{
+                k: gl[k]
+                for k in (
+                    "dgc_accuracy_gap_points",
+                    "dgc_steady_ratio",
+                    "dgc_within_1_point",
+                    "dgc_ratio_at_least_270x",
+                )
+            },
             "dgc_mean_gap_points": mean_gap,
-            "dgc_within_1_point_mean_over_seeds": (None if mean_gap is None
-                                                   else mean_gap <= 1.0),
+            "dgc_within_1_point_mean_over_seeds": (
+                None if mean_gap is None else mean_gap <= 1.0
+            ),
             "dgc_min_steady_ratio_over_seeds": min(ratios) if ratios else None,
         },
-        "details": {f"{n}/seed{s}": results[(n, s)]["details"]
-                    for (n, s) in sorted(results)},
+        "details": {
+            f"{n}/seed{s}": results[(n, s)]["details"] for (n, s) in sorted(results)
+        },
     }
 
 
 def long_setup(setup: Setup) -> Setup:
     """The setup of the long run: ``long_rounds`` rounds, same evaluation count."""
     scale = max(1, setup.long_rounds // setup.rounds)
-    return replace(setup, rounds=setup.long_rounds,
-                   eval_every=setup.eval_every * scale)
+    return replace(setup, rounds=setup.long_rounds, eval_every=setup.eval_every * scale)
 
 
-def write_results(path: Path, setup: Setup, tiny: bool, env: dict[str, Any],
-                  results: dict[str, dict[str, Any]], order: Sequence[str],
-                  started: float, finished: bool,
-                  long_results: dict[tuple[str, int], dict[str, Any]] | None = None
-                  ) -> None:
+def write_results(
+    path: Path,
+    setup: Setup,
+    tiny: bool,
+    env: dict[str, Any],
+    results: dict[str, dict[str, Any]],
+    order: Sequence[str],
+    started: float,
+    finished: bool,
+    long_results: dict[tuple[str, int], dict[str, Any]] | None = None,
+) -> None:
     names = [n for n in order if n in results]
     rows = {n: results[n]["row"] for n in names}
     d = results[names[0]]["details"]["codec"]["d"] if names else None
@@ -549,8 +663,11 @@ def write_results(path: Path, setup: Setup, tiny: bool, env: dict[str, Any],
         "goals": goals(rows),
         "details": {n: results[n]["details"] for n in names},
         "throughput_reference": _speed_reference(),
-        "environment": {**env, "load_average_at_end": list(os.getloadavg()),
-                        "wall_seconds": time.perf_counter() - started},
+        "environment": {
+            **env,
+            "load_average_at_end": list(os.getloadavg()),
+            "wall_seconds": time.perf_counter() - started,
+        },
     }
     if long_results is not None:
         out["long_run"] = long_run_summary(setup, long_results)
@@ -562,17 +679,29 @@ def write_results(path: Path, setup: Setup, tiny: bool, env: dict[str, Any],
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiny", action="store_true",
-                    help="digits, 4 clients, 10 rounds: a smoke test (seconds)")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="digits, 4 clients, 10 rounds: a smoke test (seconds)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--methods", default="",
-                    help="comma-separated subset of methods (default: all)")
+    ap.add_argument(
+        "--methods", default="", help="comma-separated subset of methods (default: all)"
+    )
     ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--jobs", type=int, default=None,
-                    help="methods run at once, one process each (default 2; 1 "
-                         "with --tiny)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a Setup field (exploration), e.g. lr=0.1")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="methods run at once, one process each (default 2; 1 with --tiny)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a Setup field (exploration), e.g. lr=0.1",
+    )
     args = ap.parse_args(argv)
     setup = TINY if args.tiny else FULL
     if args.rounds is not None:
@@ -582,8 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if key not in Setup.__dataclass_fields__:
             ap.error(f"unknown setup field {key!r}")
         val = json.loads(raw)
-        overrides: dict[str, Any] = {key: tuple(val) if isinstance(val, list)
-                                     else val}
+        overrides: dict[str, Any] = {key: tuple(val) if isinstance(val, list) else val}
         setup = replace(setup, **overrides)
     jobs = args.jobs or (1 if args.tiny else 2)
     layout = model_layout(setup)
@@ -597,9 +725,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     order = [m.name for m in todo]
     # The long run is part of the full benchmark, not of an explored subset.
     lsetup = long_setup(setup)
-    long_todo = ([] if args.methods or setup.long_rounds <= 0 else
-                 [(replace(lsetup, seed=seed), m) for seed in setup.long_seeds
-                  for m in methods(lsetup, layout) if m.name in LONG_METHODS])
+    long_todo = (
+        []
+        if args.methods or setup.long_rounds <= 0
+        else [
+            (replace(lsetup, seed=seed), m)
+            for seed in setup.long_seeds
+            for m in methods(lsetup, layout)
+            if m.name in LONG_METHODS
+        ]
+    )
     jobs_list: list[tuple[str, Setup, Method]] = [
         # Longest first: the long runs, then the rest.
         *(("long", st, m) for st, m in long_todo),
@@ -609,17 +744,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     long_results: dict[tuple[str, int], dict[str, Any]] | None = (
-        {} if long_todo else None)
+        {} if long_todo else None
+    )
 
-    def record(kind: str, st: Setup, name: str, res: dict[str, Any],
-               done: bool) -> None:
+    def record(
+        kind: str, st: Setup, name: str, res: dict[str, Any], done: bool
+    ) -> None:
         if kind == "long":
             assert long_results is not None
             long_results[(name, st.seed)] = res
         else:
             results[name] = res
-        write_results(args.out, setup, args.tiny, env, results, order, started,
-                      done, long_results)
+        write_results(
+            args.out, setup, args.tiny, env, results, order, started, done, long_results
+        )
 
     # tmpfs when there is one: the store and checkpoints are written every round.
     root = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -640,18 +778,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record(kind, st, name, fut.result(), False)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
-    write_results(args.out, setup, args.tiny, env, results, order, started, True,
-                  long_results)
+    write_results(
+        args.out, setup, args.tiny, env, results, order, started, True, long_results
+    )
     for name in order:
         r = results[name]["row"]
-        print(f"{name:28s} acc {r['final_accuracy']:.4f}  steady "
-              f"{r['compression_ratio']:8.1f}x  run {r['run_compression_ratio']:8.1f}x"
-              f"  eps {r['epsilon']}")
+        print(
+            f"{name:28s} acc {r['final_accuracy']:.4f}  steady "
+            f"{r['compression_ratio']:8.1f}x  run {r['run_compression_ratio']:8.1f}x"
+            f"  eps {r['epsilon']}"
+        )
     print(json.dumps(goals({n: results[n]["row"] for n in order}), indent=2))
     for (name, seed), res in sorted((long_results or {}).items()):
         r = res["row"]
-        print(f"long run {name:10s} seed {seed} ({setup.long_rounds} rounds) acc "
-              f"{r['final_accuracy']:.4f}  steady {r['compression_ratio']:8.1f}x")
+        print(
+            f"long run {name:10s} seed {seed} ({setup.long_rounds} rounds) acc "
+            f"{r['final_accuracy']:.4f}  steady {r['compression_ratio']:8.1f}x"
+        )
     if long_results:
         print(json.dumps(long_run_summary(setup, long_results)["goals"], indent=2))
     print(f"wrote {args.out} in {time.perf_counter() - started:.0f} s")

@@ -54,7 +54,8 @@ def make_vector(dist: str, n: int, seed: int) -> torch.Tensor:
         return torch.randn(n, generator=g)
     if dist == "laplace":
         return torch.log(torch.rand(n, generator=g)) * torch.sign(
-            torch.randn(n, generator=g))
+            torch.randn(n, generator=g)
+        )
     raise ValueError(dist)
 
 
@@ -69,29 +70,41 @@ def bench_selection(n: int, density: float, repeats: int) -> list[dict[str, Any]
         # hits both methods alike; medians are reported.
         for _ in range(repeats):
             exact_t += timeit(lambda: exact_topk(v.abs(), k), 1)  # noqa: B023
-            sampled_t += timeit(
-                lambda: sampled_topk(v.abs(), k, generator=gen), 1)  # noqa: B023
+            sampled_t += timeit(lambda: sampled_topk(v.abs(), k, generator=gen), 1)  # noqa: B023
         sel = sampled_topk(v.abs(), k, generator=torch.Generator().manual_seed(2))
         true_top = set(torch.topk(v.abs(), k).indices.tolist())
         recall = len(true_top & set(sel.indices.tolist())) / k
         e, s = statistics.median(exact_t), statistics.median(sampled_t)
-        rows.append({
-            "distribution": dist, "numel": n, "density": density, "k": k,
-            "exact_topk_s": e, "sampled_threshold_s": s, "speedup": e / s,
-            "exact_topk_all_s": exact_t, "sampled_threshold_all_s": sampled_t,
-            "candidates_before_truncation": sel.candidates,
-            "correction_passes": sel.passes, "exact_fallback": sel.exact_fallback,
-            "selected": int(sel.indices.numel()), "recall_of_true_topk": recall,
-        })
-        print(f"selection {dist:8s} n={n:,} k={k:,}: topk {e * 1e3:7.1f} ms, "
-              f"sampled {s * 1e3:6.1f} ms -> {e / s:5.1f}x "
-              f"(candidates {sel.candidates}, passes {sel.passes}, "
-              f"recall {recall:.3f})")
+        rows.append(
+            {
+                "distribution": dist,
+                "numel": n,
+                "density": density,
+                "k": k,
+                "exact_topk_s": e,
+                "sampled_threshold_s": s,
+                "speedup": e / s,
+                "exact_topk_all_s": exact_t,
+                "sampled_threshold_all_s": sampled_t,
+                "candidates_before_truncation": sel.candidates,
+                "correction_passes": sel.passes,
+                "exact_fallback": sel.exact_fallback,
+                "selected": int(sel.indices.numel()),
+                "recall_of_true_topk": recall,
+            }
+        )
+        print(
+            f"selection {dist:8s} n={n:,} k={k:,}: topk {e * 1e3:7.1f} ms, "
+            f"sampled {s * 1e3:6.1f} ms -> {e / s:5.1f}x "
+            f"(candidates {sel.candidates}, passes {sel.passes}, "
+            f"recall {recall:.3f})"
+        )
     return rows
 
 
-def bench_codec(name: str, make: Callable[[], Compressor], d: int, repeats: int
-                ) -> dict[str, Any]:
+def bench_codec(
+    name: str, make: Callable[[], Compressor], d: int, repeats: int
+) -> dict[str, Any]:
     v = make_vector("normal", d, 3)
     comp = make()
     enc_t, wire_t, dec_t = [], [], []
@@ -113,15 +126,23 @@ def bench_codec(name: str, make: Callable[[], Compressor], d: int, repeats: int
     e, w, dd = (statistics.median(x) for x in (enc_t, wire_t, dec_t))
     total = e + w + dd
     row = {
-        "compressor": name, "d": d, "payload_kind": payload.kind,
-        "payload_bytes": payload.nbytes, "dense_bytes": 4 * d,
+        "compressor": name,
+        "d": d,
+        "payload_kind": payload.kind,
+        "payload_bytes": payload.nbytes,
+        "dense_bytes": 4 * d,
         "compression_ratio": 4 * d / payload.nbytes,
-        "encode_s": e, "wire_round_trip_s": w, "decode_s": dd, "total_s": total,
+        "encode_s": e,
+        "wire_round_trip_s": w,
+        "decode_s": dd,
+        "total_s": total,
         "throughput_GBps": 4 * d / total / 1e9,
     }
-    print(f"codec {name:28s} d={d:>10,}: enc {e * 1e3:8.1f} ms, wire {w * 1e3:7.1f} "
-          f"ms, dec {dd * 1e3:8.1f} ms -> {row['throughput_GBps']:6.3f} GB/s, "
-          f"ratio {row['compression_ratio']:8.1f}x")
+    print(
+        f"codec {name:28s} d={d:>10,}: enc {e * 1e3:8.1f} ms, wire {w * 1e3:7.1f} "
+        f"ms, dec {dd * 1e3:8.1f} ms -> {row['throughput_GBps']:6.3f} GB/s, "
+        f"ratio {row['compression_ratio']:8.1f}x"
+    )
     return row
 
 
@@ -141,34 +162,56 @@ def main() -> None:
         ("identity", lambda: create_compressor("identity"), big),
         ("fp16(identity)", lambda: create_compressor("fp16", inner="identity"), big),
         ("topk 0.1% exact", lambda: create_compressor("topk", ratio=0.001), big),
-        ("topk 0.1% sampled", lambda: create_compressor(
-            "topk", ratio=0.001, selection="sampled"), big),
-        ("dgc 0.1% (after warm-up)", lambda: create_compressor(
-            "dgc", ratio=0.001, warmup_densities=[]), big),
-        ("fp16(dgc 0.1%)", lambda: FP16(create_compressor(
-            "dgc", ratio=0.001, warmup_densities=[])), big),
-        ("countsketch 5x(d/100) linear", lambda: create_compressor(
-            "countsketch", rows=5, cols=big // 100), big),
-        ("countsketch 5x(d/100) top-k", lambda: create_compressor(
-            "countsketch", rows=5, cols=big // 100, recovery="topk", k=big // 1000),
-         big),
+        (
+            "topk 0.1% sampled",
+            lambda: create_compressor("topk", ratio=0.001, selection="sampled"),
+            big,
+        ),
+        (
+            "dgc 0.1% (after warm-up)",
+            lambda: create_compressor("dgc", ratio=0.001, warmup_densities=[]),
+            big,
+        ),
+        (
+            "fp16(dgc 0.1%)",
+            lambda: FP16(create_compressor("dgc", ratio=0.001, warmup_densities=[])),
+            big,
+        ),
+        (
+            "countsketch 5x(d/100) linear",
+            lambda: create_compressor("countsketch", rows=5, cols=big // 100),
+            big,
+        ),
+        (
+            "countsketch 5x(d/100) top-k",
+            lambda: create_compressor(
+                "countsketch", rows=5, cols=big // 100, recovery="topk", k=big // 1000
+            ),
+            big,
+        ),
         # Dense sketches cost O(b d): measured at d/10 with b = 64.
-        ("gaussian_sketch b=64", lambda: create_compressor("gaussian_sketch", b=64),
-         small),
+        (
+            "gaussian_sketch b=64",
+            lambda: create_compressor("gaussian_sketch", b=64),
+            small,
+        ),
         ("ams_sketch b=64", lambda: create_compressor("ams_sketch", b=64), small),
     ]
-    codec_rows = [bench_codec(name, make, d, max(2, repeats // 2))
-                  for name, make, d in codecs]
+    codec_rows = [
+        bench_codec(name, make, d, max(2, repeats // 2)) for name, make, d in codecs
+    ]
     result = {
         "benchmark": "compression_speed",
         "goal": "sampled threshold >= 3x faster than exact torch.topk "
-                "(10M elements, 0.1% density)",
+        "(10M elements, 0.1% density)",
         "goal_met": all(r["speedup"] >= 3.0 for r in selection),
         "selection": selection,
         "codecs": codec_rows,
         "environment": {
-            "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "machine": platform.machine(),
             "python": platform.python_version(),
             "load_average_at_start": load,
             "note": "2 shared cores; other jobs may inflate absolute times",

@@ -55,33 +55,47 @@ def scenario(
 ) -> Scenario:
     events: list[dict[str, Any]] = []
     if fraction is not None:
-        events.append({
-            "round": at, "action": "remove_nodes", "with_data": with_data,
-            "target": {"by": removal, "fraction": fraction},
-        })
-    tag = "baseline" if fraction is None else (
-        f"{removal}-{int(fraction * 100)}-{'data' if with_data else 'relay'}")
-    return parse_scenario({
-        "name": f"gossip-disruption-{tag}",
-        "rounds": rounds,
-        "seed": seed,
-        "topology": {"kind": "barabasi_albert", "n": nodes, "m": 2},
-        "data": {"dataset": dataset, "partition": "iid",
-                 "test_examples": 1000, "final_test_examples": None},
-        "model": {"name": "mlp", "params": {"hidden": [hidden]}},
-        "training": {"epochs": 1, "batch_size": 32, "lr": lr},
-        "mixing": {"rule": "decavg"},
-        "eval": {"every": 5},
-        "events": events,
-    })
+        events.append(
+            {
+                "round": at,
+                "action": "remove_nodes",
+                "with_data": with_data,
+                "target": {"by": removal, "fraction": fraction},
+            }
+        )
+    tag = (
+        "baseline"
+        if fraction is None
+        else (f"{removal}-{int(fraction * 100)}-{'data' if with_data else 'relay'}")
+    )
+    return parse_scenario(
+        {
+            "name": f"gossip-disruption-{tag}",
+            "rounds": rounds,
+            "seed": seed,
+            "topology": {"kind": "barabasi_albert", "n": nodes, "m": 2},
+            "data": {
+                "dataset": dataset,
+                "partition": "iid",
+                "test_examples": 1000,
+                "final_test_examples": None,
+            },
+            "model": {"name": "mlp", "params": {"hidden": [hidden]}},
+            "training": {"epochs": 1, "batch_size": 32, "lr": lr},
+            "mixing": {"rule": "decavg"},
+            "eval": {"every": 5},
+            "events": events,
+        }
+    )
 
 
 def run_one(s: Scenario, full: NodeData) -> SimResult:
     # Relays hold no data: reuse the loaded shares, emptied for them.
     relay = NetworkState(s).relay
     empty = full.train[0].subset([])
-    data = NodeData([empty if i in relay else d for i, d in enumerate(full.train)],
-                    full.test)
+    data = NodeData(
+        [empty if i in relay else d for i, d in enumerate(full.train)], full.test
+    )
     return GossipSimulation(s, data=data).run()
 
 
@@ -91,26 +105,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=100)
     p.add_argument("--at", type=int, default=20, help="remove after this round")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.2, 0.3])
-    p.add_argument("--removals", nargs="+", default=["degree", "random"],
-                   choices=["degree", "betweenness", "random"])
+    p.add_argument(
+        "--removals",
+        nargs="+",
+        default=["degree", "random"],
+        choices=["degree", "betweenness", "random"],
+    )
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dataset", default="fashion_mnist",
-                   help="digits for a quick smoke run")
+    p.add_argument(
+        "--dataset", default="fashion_mnist", help="digits for a quick smoke run"
+    )
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--time-only", action="store_true",
-                   help="run the baseline only and print its time")
+    p.add_argument(
+        "--time-only",
+        action="store_true",
+        help="run the baseline only and print its time",
+    )
     p.add_argument("--output", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    def make(fraction: float | None = None, removal: str = "degree",
-             with_data: bool = True) -> Scenario:
-        return scenario(rounds=args.rounds, nodes=args.nodes, seed=args.seed,
-                        hidden=args.hidden, lr=args.lr, at=args.at,
-                        dataset=args.dataset, fraction=fraction, removal=removal,
-                        with_data=with_data)
+    def make(
+        fraction: float | None = None, removal: str = "degree", with_data: bool = True
+    ) -> Scenario:
+        return scenario(
+            rounds=args.rounds,
+            nodes=args.nodes,
+            seed=args.seed,
+            hidden=args.hidden,
+            lr=args.lr,
+            at=args.at,
+            dataset=args.dataset,
+            fraction=fraction,
+            removal=removal,
+            with_data=with_data,
+        )
 
     t_load = time.perf_counter()
     base_s = make()
@@ -119,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     base = run_one(base_s, full)
-    print(f"baseline: final mean accuracy {base.final_mean_accuracy:.4f} "
-          f"({base.seconds:.1f}s for {args.rounds} rounds)", flush=True)
+    print(
+        f"baseline: final mean accuracy {base.final_mean_accuracy:.4f} "
+        f"({base.seconds:.1f}s for {args.rounds} rounds)",
+        flush=True,
+    )
     if args.time_only:
         return 0
     rows: list[dict[str, Any]] = []

@@ -99,18 +99,21 @@ class _Sketched(torch.autograd.Function):
     def forward(ctx: Any, vec: torch.Tensor, sketch: Any) -> torch.Tensor:
         ctx.sketch = sketch
         ctx.d = vec.numel()
-        return sketch.encode(vec.detach(), round=SKETCH_ROUND,
-                             seed=SKETCH_SEED).values.clone()
+        return sketch.encode(
+            vec.detach(), round=SKETCH_ROUND, seed=SKETCH_SEED
+        ).values.clone()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        back = ctx.sketch.desketch(grad.detach(), ctx.d, round=SKETCH_ROUND,
-                                   seed=SKETCH_SEED)
+        back = ctx.sketch.desketch(
+            grad.detach(), ctx.d, round=SKETCH_ROUND, seed=SKETCH_SEED
+        )
         return back, None
 
 
-def sketched(vec: torch.Tensor, sketch: Compressor | torch.Tensor | None
-             ) -> torch.Tensor:
+def sketched(
+    vec: torch.Tensor, sketch: Compressor | torch.Tensor | None
+) -> torch.Tensor:
     """Differentiable ``R vec``: ``vec`` for ``None``, a matrix product for an
     explicit ``R`` ``[b, d]``, else through the sketch's encode/desketch."""
     if sketch is None:
@@ -122,8 +125,9 @@ def sketched(vec: torch.Tensor, sketch: Compressor | torch.Tensor | None
     return out
 
 
-def predicted_update(x: torch.Tensor, label: int, weight: torch.Tensor,
-                     bias: torch.Tensor, lr: float) -> torch.Tensor:
+def predicted_update(
+    x: torch.Tensor, label: int, weight: torch.Tensor, bias: torch.Tensor, lr: float
+) -> torch.Tensor:
     """``-lr * grad`` of the cross-entropy of logistic regression at one example.
 
     Closed form, differentiable in ``x`` ``[p]``: with ``q = softmax(W x + b)``,
@@ -151,13 +155,22 @@ class Attack:
     iterations: int
 
 
-def _match(observed: torch.Tensor, label: int, weight: torch.Tensor,
-           bias: torch.Tensor, lr: float, sketch: Compressor | torch.Tensor | None,
-           clip_norm: float | None, max_iter: int, seed: int) -> Attack:
+def _match(
+    observed: torch.Tensor,
+    label: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    lr: float,
+    sketch: Compressor | torch.Tensor | None,
+    clip_norm: float | None,
+    max_iter: int,
+    seed: int,
+) -> Attack:
     """L-BFGS on ``x`` for a fixed label; returns the final matching loss."""
     gen = torch.Generator().manual_seed(seed + label)
-    x = (0.5 + 0.1 * torch.randn(weight.shape[1], generator=gen,
-                                 dtype=torch.float64)).requires_grad_(True)
+    x = (
+        0.5 + 0.1 * torch.randn(weight.shape[1], generator=gen, dtype=torch.float64)
+    ).requires_grad_(True)
     scale = float(observed.square().sum()) or 1.0  # conditions L-BFGS's tolerances
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
@@ -165,9 +178,15 @@ def _match(observed: torch.Tensor, label: int, weight: torch.Tensor,
         pred = _clip(sketched(upd.to(torch.float32), sketch).double(), clip_norm)
         return (pred - observed).square().sum() / scale
 
-    opt = torch.optim.LBFGS([x], lr=1.0, max_iter=max_iter, tolerance_grad=1e-12,
-                            tolerance_change=1e-15, history_size=50,
-                            line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        [x],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-12,
+        tolerance_change=1e-15,
+        history_size=50,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -182,22 +201,29 @@ def _match(observed: torch.Tensor, label: int, weight: torch.Tensor,
     return Attack(x.detach().clone(), label, loss, iters)
 
 
-def gradient_matching(observed: torch.Tensor, weight: torch.Tensor,
-                      bias: torch.Tensor, lr: float,
-                      sketch: Compressor | torch.Tensor | None,
-                      clip_norm: float | None, max_iter: int, seed: int,
-                      probe_iter: int = 25) -> Attack:
+def gradient_matching(
+    observed: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    lr: float,
+    sketch: Compressor | torch.Tensor | None,
+    clip_norm: float | None,
+    max_iter: int,
+    seed: int,
+    probe_iter: int = 25,
+) -> Attack:
     """Best ``(x, y)`` minimising the squared matching error.
 
     Label search in two stages to keep it cheap: a short run (``probe_iter``
     L-BFGS iterations) for every label, then the full run for the label that
     matched best.
     """
-    probes = [_match(observed, y, weight, bias, lr, sketch, clip_norm, probe_iter,
-                     seed) for y in range(weight.shape[0])]
+    probes = [
+        _match(observed, y, weight, bias, lr, sketch, clip_norm, probe_iter, seed)
+        for y in range(weight.shape[0])
+    ]
     label = min(probes, key=lambda a: a.loss).label
-    return _match(observed, label, weight, bias, lr, sketch, clip_norm, max_iter,
-                  seed)
+    return _match(observed, label, weight, bias, lr, sketch, clip_norm, max_iter, seed)
 
 
 def errors(x_hat: torch.Tensor, x: torch.Tensor) -> dict[str, float]:
@@ -217,8 +243,9 @@ def errors(x_hat: torch.Tensor, x: torch.Tensor) -> dict[str, float]:
     }
 
 
-def client_update(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                  lr: float, dataset: Any) -> torch.Tensor:
+def client_update(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, dataset: Any
+) -> torch.Tensor:
     """The client's real update ``w_new - w_t`` after one SGD step on ``(x, y)``."""
     from fedplat.data.datasets import Dataset
 
@@ -243,22 +270,43 @@ def run(setup: Setup, log: Callable[[str], None]) -> dict[str, Any]:
     check = predicted_update(x_true, int(y_true), weight, bias, setup.lr)
     closed_form_error = float((check.float() - delta).abs().max())
     mean_image = ds.x.reshape(len(ds), -1).mean(0).double()
-    reference = {"mean_image_guess": errors(mean_image, x_true),
-                 "zero_guess": errors(torch.zeros_like(x_true), x_true)}
+    reference = {
+        "mean_image_guess": errors(mean_image, x_true),
+        "zero_guess": errors(torch.zeros_like(x_true), x_true),
+    }
 
     results: list[dict[str, Any]] = []
 
-    def attack(name: str, observed: torch.Tensor,
-               sketch: Compressor | torch.Tensor | None,
-               clip: float | None, **extra: Any) -> dict[str, Any]:
+    def attack(
+        name: str,
+        observed: torch.Tensor,
+        sketch: Compressor | torch.Tensor | None,
+        clip: float | None,
+        **extra: Any,
+    ) -> dict[str, Any]:
         t0 = time.perf_counter()
-        a = gradient_matching(observed.double(), weight, bias, setup.lr, sketch,
-                              clip, setup.max_iter, setup.seed)
-        row = {"scenario": name, **extra, **errors(a.x_hat, x_true),
-               "label_recovered": a.label == int(y_true), "matching_loss": a.loss,
-               "attack_seconds": time.perf_counter() - t0}
-        log(f"{name:18s} {extra}  nmse {row['nmse']:.3e}  psnr "
-            f"{row['psnr_db']:6.1f} dB  label ok {row['label_recovered']}")
+        a = gradient_matching(
+            observed.double(),
+            weight,
+            bias,
+            setup.lr,
+            sketch,
+            clip,
+            setup.max_iter,
+            setup.seed,
+        )
+        row = {
+            "scenario": name,
+            **extra,
+            **errors(a.x_hat, x_true),
+            "label_recovered": a.label == int(y_true),
+            "matching_loss": a.loss,
+            "attack_seconds": time.perf_counter() - t0,
+        }
+        log(
+            f"{name:18s} {extra}  nmse {row['nmse']:.3e}  psnr "
+            f"{row['psnr_db']:6.1f} dB  label ok {row['label_recovered']}"
+        )
         return row
 
     results.append(attack("uncompressed", delta, None, None, b=d, epsilon=None))
@@ -275,52 +323,97 @@ def run(setup: Setup, log: Callable[[str], None]) -> dict[str, Any]:
             # (public API) and check it is the matrix the client applied.
             op = sk.matrix(d, round=SKETCH_ROUND, seed=SKETCH_SEED)
             assert torch.allclose(op @ delta, s, rtol=1e-4, atol=1e-7)
-        results.append(attack(name, s, op, None, b=s.numel(), reduction=red,
-                              epsilon=None))
+        results.append(
+            attack(name, s, op, None, b=s.numel(), reduction=red, epsilon=None)
+        )
 
     cs = sketches[0][2]
     payload = cs.encode(delta, round=SKETCH_ROUND, seed=SKETCH_SEED)
     sketch_norm = float(torch.linalg.vector_norm(payload.values))
     # Clipping alone (noise_multiplier 0): the attacker models the clip.
-    clipped = privatize_payload(payload, GaussianMechanism(0.0, setup.clip_norm),
-                                generator=make_noise_generator(setup.seed)).values
-    results.append(attack("countsketch_clipped", clipped, cs, setup.clip_norm,
-                          b=clipped.numel(), reduction=4, epsilon=None,
-                          noise_multiplier=0.0))
+    clipped = privatize_payload(
+        payload,
+        GaussianMechanism(0.0, setup.clip_norm),
+        generator=make_noise_generator(setup.seed),
+    ).values
+    results.append(
+        attack(
+            "countsketch_clipped",
+            clipped,
+            cs,
+            setup.clip_norm,
+            b=clipped.numel(),
+            reduction=4,
+            epsilon=None,
+            noise_multiplier=0.0,
+        )
+    )
     dp_rows = []
     for eps in setup.epsilons:
-        mech = GaussianMechanism.calibrated(epsilon=eps, delta=DELTA, steps=1,
-                                            sample_rate=1.0,
-                                            clip_norm=setup.clip_norm)
+        mech = GaussianMechanism.calibrated(
+            epsilon=eps,
+            delta=DELTA,
+            steps=1,
+            sample_rate=1.0,
+            clip_norm=setup.clip_norm,
+        )
         trials = []
         for t in range(setup.trials):
             gen = make_noise_generator(setup.seed * 1000 + t)
             noised = privatize_payload(payload, mech, generator=gen).values
-            trials.append(attack("countsketch_dp", noised, cs, setup.clip_norm,
-                                 b=noised.numel(), reduction=4, epsilon=eps,
-                                 noise_multiplier=mech.noise_multiplier, trial=t))
-        dp_rows.append({
-            "epsilon": eps, "delta": DELTA,
-            "noise_multiplier": mech.noise_multiplier,
-            "noise_std": mech.std,
-            "noise_norm_over_clip": mech.noise_multiplier * math.sqrt(
-                payload.values.numel()),
-            "nmse_mean": statistics.fmean(r["nmse"] for r in trials),
-            "psnr_db_mean": statistics.fmean(r["psnr_db"] for r in trials),
-            "label_recovered_fraction": statistics.fmean(
-                float(r["label_recovered"]) for r in trials),
-            "trials": trials,
-        })
+            trials.append(
+                attack(
+                    "countsketch_dp",
+                    noised,
+                    cs,
+                    setup.clip_norm,
+                    b=noised.numel(),
+                    reduction=4,
+                    epsilon=eps,
+                    noise_multiplier=mech.noise_multiplier,
+                    trial=t,
+                )
+            )
+        dp_rows.append(
+            {
+                "epsilon": eps,
+                "delta": DELTA,
+                "noise_multiplier": mech.noise_multiplier,
+                "noise_std": mech.std,
+                "noise_norm_over_clip": mech.noise_multiplier
+                * math.sqrt(payload.values.numel()),
+                "nmse_mean": statistics.fmean(r["nmse"] for r in trials),
+                "psnr_db_mean": statistics.fmean(r["psnr_db"] for r in trials),
+                "label_recovered_fraction": statistics.fmean(
+                    float(r["label_recovered"]) for r in trials
+                ),
+                "trials": trials,
+            }
+        )
     return {
-        "image": {"dataset": ds.name, "split": "train", "index": setup.image_index,
-                  "label": int(y_true), "pixels": x_true.numel(),
-                  "norm": float(x_true.norm())},
-        "model": {"name": "logreg", "d": d, "lr": setup.lr, "batch_size": 1,
-                  "closed_form_max_abs_error": closed_form_error},
-        "sketch": {"seed": SKETCH_SEED, "round": SKETCH_ROUND,
-                   "dp_sketch": "countsketch 1 x ceil(d/4)",
-                   "update_norm": float(delta.norm()),
-                   "sketch_norm": sketch_norm, "clip_norm": setup.clip_norm},
+        "image": {
+            "dataset": ds.name,
+            "split": "train",
+            "index": setup.image_index,
+            "label": int(y_true),
+            "pixels": x_true.numel(),
+            "norm": float(x_true.norm()),
+        },
+        "model": {
+            "name": "logreg",
+            "d": d,
+            "lr": setup.lr,
+            "batch_size": 1,
+            "closed_form_max_abs_error": closed_form_error,
+        },
+        "sketch": {
+            "seed": SKETCH_SEED,
+            "round": SKETCH_ROUND,
+            "dp_sketch": "countsketch 1 x ceil(d/4)",
+            "update_norm": float(delta.norm()),
+            "sketch_norm": sketch_norm,
+            "clip_norm": setup.clip_norm,
+        },
         "reference": reference,
         "results": results,
         "dp": dp_rows,
@@ -341,10 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tiny": args.tiny,
         "setup": asdict(setup),
         **run(setup, lambda s: print(s, file=sys.stderr, flush=True)),
-        "environment": {"torch": torch.__version__,
-                        "python": platform.python_version(),
-                        "cpu_count": os.cpu_count(), "threads": 1,
-                        "wall_seconds": time.perf_counter() - t0},
+        "environment": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "threads": 1,
+            "wall_seconds": time.perf_counter() - t0,
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -475,6 +475,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 cell += f" (paper {p0} -> {p1})"
             cells.append(cell)
         lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+
     def best_line(best: dict[str, dict[str, Any]]) -> str:
         return "; ".join(
             f"{a}: {b['rule']}{' + bucketing' if b['bucketing'] else ''} "

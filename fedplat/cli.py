@@ -82,8 +82,11 @@ def cmd_gossip_node(args: argparse.Namespace) -> int:
     try:
         if args.scenario:
             node = peer_from_scenario(
-                load_scenario(args.scenario), int(args.id), listen=args.listen,
-                seeds=seeds, relay=True if args.no_data else None,
+                load_scenario(args.scenario),
+                int(args.id),
+                listen=args.listen,
+                seeds=seeds,
+                relay=True if args.no_data else None,
                 **_gossip_overrides(args),
             )
         else:
@@ -93,17 +96,28 @@ def cmd_gossip_node(args: argparse.Namespace) -> int:
             index = args.partition_id if args.partition_id is not None else int(args.id)
             data = load_node_data(
                 DataSpec(dataset=args.dataset, partition=args.partition),
-                args.num_nodes, args.seed, {index} if args.no_data else set(),
+                args.num_nodes,
+                args.seed,
+                {index} if args.no_data else set(),
             )
             model = build_model(
                 ModelSpec(name=args.model, params=args.model_params),
-                data.test.input_shape, data.test.num_classes, args.seed,
+                data.test.input_shape,
+                data.test.num_classes,
+                args.seed,
             )
             cfg = PeerConfig(
-                node_id=args.id, listen=args.listen, seeds=seeds,
-                rounds=args.rounds, rule=args.rule, lr=args.lr, epochs=args.epochs,
-                batch_size=args.batch_size, compressor=args.compressor,
-                compressor_params=args.compressor_params, seed=args.seed,
+                node_id=args.id,
+                listen=args.listen,
+                seeds=seeds,
+                rounds=args.rounds,
+                rule=args.rule,
+                lr=args.lr,
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                compressor=args.compressor,
+                compressor_params=args.compressor_params,
+                seed=args.seed,
                 **_gossip_overrides(args),
             )
             node = PeerNode(cfg, model, data.train[index], data.test)
@@ -154,13 +168,20 @@ def cmd_gossip_sim(args: argparse.Namespace) -> int:
 
         store = Store(args.store)
         observers.append(GossipRecorder(store, args.run_name))
-    bar = tqdm(total=scenario.rounds, desc=f"gossip {scenario.name}", unit="round",
-               disable=args.no_progress)
+    bar = tqdm(
+        total=scenario.rounds,
+        desc=f"gossip {scenario.name}",
+        unit="round",
+        disable=args.no_progress,
+    )
 
     def on_round(m: RoundMetrics) -> None:
         bar.update(1)
-        post = {"alive": m.alive, "comp": m.components,
-                "cd": f"{m.consensus_distance:.3f}"}
+        post = {
+            "alive": m.alive,
+            "comp": m.components,
+            "cd": f"{m.consensus_distance:.3f}",
+        }
         if m.mean_accuracy is not None:
             post["acc"] = f"{m.mean_accuracy:.4f}"
         bar.set_postfix(post)
@@ -176,8 +197,9 @@ def cmd_gossip_sim(args: argparse.Namespace) -> int:
         "components": res.final.components,
         "alive": res.final.alive,
         "consensus_distance": res.final.consensus_distance,
-        "changes": [{"round": c.round, "kind": c.kind, **c.to_details()}
-                    for c in res.changes],
+        "changes": [
+            {"round": c.round, "kind": c.kind, **c.to_details()} for c in res.changes
+        ],
         "accuracy_per_round": [m.mean_accuracy for m in res.rounds],
         "consensus_per_round": [m.consensus_distance for m in res.rounds],
     }
@@ -187,8 +209,15 @@ def cmd_gossip_sim(args: argparse.Namespace) -> int:
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in summary.items()
-                      if not k.endswith("_per_round") and k != "changes"}))
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in summary.items()
+                if not k.endswith("_per_round") and k != "changes"
+            }
+        )
+    )
     return 0
 
 
@@ -199,9 +228,16 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
     from fedplat.gossip.scenario import ScenarioError
 
     peer_args = [
-        "--heartbeat", str(args.heartbeat), "--dead-after", str(args.dead_after),
-        "--round-timeout", str(args.round_timeout), "--linger", str(args.linger),
-        "--min-round-s", str(args.min_round_s),
+        "--heartbeat",
+        str(args.heartbeat),
+        "--dead-after",
+        str(args.dead_after),
+        "--round-timeout",
+        str(args.round_timeout),
+        "--linger",
+        str(args.linger),
+        "--min-round-s",
+        str(args.min_round_s),
     ]
     store = None
     recorder = None
@@ -211,8 +247,9 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
         store = Store(args.store)
         recorder = GossipRecorder(store, args.run_name)
     try:
-        launcher = ProcessLauncher(args.scenario, args.workdir, peer_args=peer_args,
-                                   recorder=recorder)
+        launcher = ProcessLauncher(
+            args.scenario, args.workdir, peer_args=peer_args, recorder=recorder
+        )
     except ScenarioError as exc:
         print(f"fedplat: {exc}", file=sys.stderr)
         return 2
@@ -220,11 +257,21 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
     res = launcher.run(timeout=args.timeout)
     for m in res.rounds:
         acc = "-" if m.mean_accuracy is None else f"{m.mean_accuracy:.4f}"
-        print(f"round {m.round:3d}: alive {m.alive}, components {m.components}, "
-              f"mean accuracy {acc}, consensus {m.consensus_distance:.3f}")
-    print(json.dumps({"seconds": round(res.seconds, 1), "killed": res.killed,
-                      "restarted": res.restarted, "crashed": res.crashed,
-                      "exit_codes": res.exit_codes}))
+        print(
+            f"round {m.round:3d}: alive {m.alive}, components {m.components}, "
+            f"mean accuracy {acc}, consensus {m.consensus_distance:.3f}"
+        )
+    print(
+        json.dumps(
+            {
+                "seconds": round(res.seconds, 1),
+                "killed": res.killed,
+                "restarted": res.restarted,
+                "crashed": res.crashed,
+                "exit_codes": res.exit_codes,
+            }
+        )
+    )
     if store is not None:
         store.close()
     return 1 if res.crashed else 0
@@ -236,42 +283,75 @@ def _add_gossip_parser(sub: Any) -> None:
 
     def timing(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--heartbeat", type=float, default=0.5, help="seconds")
-        sp.add_argument("--dead-after", type=float, default=3.0,
-                        help="silence (s) after which a neighbour counts as dead")
-        sp.add_argument("--round-timeout", type=float, default=10.0,
-                        help="max seconds to wait for neighbours' models")
-        sp.add_argument("--linger", type=float, default=5.0,
-                        help="keep serving this long after the last round")
-        sp.add_argument("--min-round-s", type=float, default=0.0,
-                        help="pace: each round lasts at least this long")
+        sp.add_argument(
+            "--dead-after",
+            type=float,
+            default=3.0,
+            help="silence (s) after which a neighbour counts as dead",
+        )
+        sp.add_argument(
+            "--round-timeout",
+            type=float,
+            default=10.0,
+            help="max seconds to wait for neighbours' models",
+        )
+        sp.add_argument(
+            "--linger",
+            type=float,
+            default=5.0,
+            help="keep serving this long after the last round",
+        )
+        sp.add_argument(
+            "--min-round-s",
+            type=float,
+            default=0.0,
+            help="pace: each round lasts at least this long",
+        )
 
     n = gsub.add_parser("node", help="one real peer (gRPC Peer service + loop)")
     n.add_argument("--id", required=True, help="peer id (node index with --scenario)")
     n.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve on")
-    n.add_argument("--seeds", help="bootstrap peers: host:port or id@host:port, "
-                   "comma-separated")
-    n.add_argument("--scenario", help="take data, model, training, mixing and link "
-                   "cuts from this scenario file")
+    n.add_argument(
+        "--seeds", help="bootstrap peers: host:port or id@host:port, comma-separated"
+    )
+    n.add_argument(
+        "--scenario",
+        help="take data, model, training, mixing and link cuts from this scenario file",
+    )
     n.add_argument("--no-data", action="store_true", help="relay-only peer")
-    n.add_argument("--target-degree", type=int, default=0,
-                   help="link to peers learned from the seeds up to this many")
+    n.add_argument(
+        "--target-degree",
+        type=int,
+        default=0,
+        help="link to peers learned from the seeds up to this many",
+    )
     n.add_argument("--bootstrap-timeout", type=float, default=60.0)
     n.add_argument("--max-model-mb", type=float, default=64.0)
     n.add_argument("--threads", type=int, default=1, help="torch threads")
     timing(n)
     n.add_argument("--dataset", default="digits")
-    n.add_argument("--partition", default="iid",
-                   choices=("iid", "dirichlet", "shards", "label_sorted"))
-    n.add_argument("--num-nodes", type=int, default=8,
-                   help="number of data shares (without --scenario)")
-    n.add_argument("--partition-id", type=int,
-                   help="this peer's share (default: --id as a number)")
+    n.add_argument(
+        "--partition",
+        default="iid",
+        choices=("iid", "dirichlet", "shards", "label_sorted"),
+    )
+    n.add_argument(
+        "--num-nodes",
+        type=int,
+        default=8,
+        help="number of data shares (without --scenario)",
+    )
+    n.add_argument(
+        "--partition-id", type=int, help="this peer's share (default: --id as a number)"
+    )
     n.add_argument("--model", default="mlp")
     n.add_argument("--model-params", type=_json_arg, default={"hidden": [32]})
     n.add_argument("--rounds", type=int, default=20)
-    n.add_argument("--rule", default="metropolis_hastings",
-                   choices=("metropolis_hastings", "decavg", "uniform", "push_sum",
-                            "noloco"))
+    n.add_argument(
+        "--rule",
+        default="metropolis_hastings",
+        choices=("metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"),
+    )
     n.add_argument("--lr", type=float, default=0.1)
     n.add_argument("--epochs", type=int, default=1)
     n.add_argument("--batch-size", type=int, default=16)

@@ -130,8 +130,10 @@ class Layout:
         for s in self.specs:
             o = theirs[s.name]
             if o.shape != s.shape:
-                return (f"tensor {s.name!r} has shape {list(o.shape)}, "
-                        f"expected {list(s.shape)}")
+                return (
+                    f"tensor {s.name!r} has shape {list(o.shape)}, "
+                    f"expected {list(s.shape)}"
+                )
             if o.dtype != s.dtype:
                 return f"tensor {s.name!r} has dtype {o.dtype}, expected {s.dtype}"
         return "tensor order differs"

@@ -122,6 +122,7 @@ class ServerOptimizerSection(_Strict):
         if self.lr_min > self.lr:
             raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
         return self
+
     momentum: float = Field(default=0.9, ge=0, lt=1)
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.99, ge=0, lt=1)

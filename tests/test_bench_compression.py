@@ -18,11 +18,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = {"method", "final_accuracy", "uplink_bytes", "dense_uplink_bytes",
-        "compression_ratio", "run_compression_ratio", "epsilon"}
-METHODS = ["dense", "dense_fedavg", "dgc", "dgc_fp32", "dgc_no_momentum_correction",
-           "topk_ef", "countsketch", "countsketch_dp_eps1", "countsketch_dp_eps4",
-           "countsketch_dp_eps8"]
+KEYS = {
+    "method",
+    "final_accuracy",
+    "uplink_bytes",
+    "dense_uplink_bytes",
+    "compression_ratio",
+    "run_compression_ratio",
+    "epsilon",
+}
+METHODS = [
+    "dense",
+    "dense_fedavg",
+    "dgc",
+    "dgc_fp32",
+    "dgc_no_momentum_correction",
+    "topk_ef",
+    "countsketch",
+    "countsketch_dp_eps1",
+    "countsketch_dp_eps4",
+    "countsketch_dp_eps8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +46,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("compression") / "compression.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.compression", "--tiny", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -55,8 +74,12 @@ def test_methods_config(monkeypatch: pytest.MonkeyPatch) -> None:
     comp = create_compressor("fp16", layout=layout, **dgc["params"])
     assert comp.inner.layout == layout
     assert ms["dgc"].warmup_rounds == 4 * FULL.warmup_rounds_per_stage
-    assert ms["dgc_no_momentum_correction"].compression["params"]["inner_params"][
-        "momentum_correction"] is False
+    assert (
+        ms["dgc_no_momentum_correction"].compression["params"]["inner_params"][
+            "momentum_correction"
+        ]
+        is False
+    )
     assert ms["countsketch_dp_eps4"].privacy["epsilon"] == 4.0
 
 
@@ -74,7 +97,8 @@ def test_tiny_run_writes_the_schema(tiny: dict) -> None:
         assert m["dense_uplink_bytes"] == dense_total
         assert 0 < m["uplink_bytes"] <= dense_total
         assert m["run_compression_ratio"] == pytest.approx(
-            dense_total / m["uplink_bytes"])
+            dense_total / m["uplink_bytes"]
+        )
         det = tiny["details"][m["method"]]
         assert det["rounds_completed"] == rounds
         assert det["steady_rounds"] == rounds - det["warmup_rounds"]
@@ -103,7 +127,8 @@ def test_bytes_and_ratios(tiny: dict) -> None:
     for name in ("dense", "countsketch", "countsketch_dp_eps1"):
         det = tiny["details"][name]
         assert det["engine_ratio_last_round"] == pytest.approx(
-            rows[name]["compression_ratio"])
+            rows[name]["compression_ratio"]
+        )
 
 
 def test_privacy(tiny: dict) -> None:
@@ -116,8 +141,9 @@ def test_privacy(tiny: dict) -> None:
             # Calibrated by the accountant for the whole run: spent almost exactly.
             assert 0.95 * target < m["epsilon"] <= target + 1e-6
             assert det["noise_multiplier"] > 0
-    sig = [tiny["details"][f"countsketch_dp_eps{e}"]["noise_multiplier"]
-           for e in (1, 4, 8)]
+    sig = [
+        tiny["details"][f"countsketch_dp_eps{e}"]["noise_multiplier"] for e in (1, 4, 8)
+    ]
     assert sig[0] > sig[1] > sig[2]
 
 
@@ -128,8 +154,9 @@ def test_long_run(tiny: dict) -> None:
     d = tiny["setup"]["d"]
     for m in long["methods"]:
         assert set(m) == KEYS
-        assert m["dense_uplink_bytes"] == 4 * d * long["rounds"] * tiny["setup"][
-            "clients"]
+        assert (
+            m["dense_uplink_bytes"] == 4 * d * long["rounds"] * tiny["setup"]["clients"]
+        )
     assert long["seeds"] == [0, 1]
     for key, det in long["details"].items():
         assert key.split("/")[0] in ("dense", "dgc")

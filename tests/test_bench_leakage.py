@@ -24,7 +24,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("leakage") / "leakage.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.leakage", "--tiny", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -38,8 +41,13 @@ def test_schema(tiny: dict) -> None:
     # The attacker's closed-form update is the client's real SGD step.
     assert tiny["model"]["closed_form_max_abs_error"] < 1e-6
     scenarios = [r["scenario"] for r in tiny["results"]]
-    assert scenarios == ["uncompressed", "countsketch", "countsketch",
-                         "gaussian_sketch", "countsketch_clipped"]
+    assert scenarios == [
+        "uncompressed",
+        "countsketch",
+        "countsketch",
+        "gaussian_sketch",
+        "countsketch_clipped",
+    ]
     for r in tiny["results"]:
         for key in ("nmse", "nmse_raw", "psnr_db", "mse", "matching_loss", "b"):
             assert isinstance(r[key], int | float) and math.isfinite(r[key]), key
@@ -56,8 +64,12 @@ def test_schema(tiny: dict) -> None:
 
 def test_dense_and_sketched_updates_leak_the_image(tiny: dict) -> None:
     res = {(r["scenario"], r.get("reduction")): r for r in tiny["results"]}
-    for key in (("uncompressed", None), ("countsketch", 4), ("gaussian_sketch", 4),
-                ("countsketch_clipped", 4)):
+    for key in (
+        ("uncompressed", None),
+        ("countsketch", 4),
+        ("gaussian_sketch", 4),
+        ("countsketch_clipped", 4),
+    ):
         assert res[key]["nmse"] < 1e-6, key
         assert res[key]["psnr_db"] > 60.0, key
         assert res[key]["label_recovered"], key

@@ -21,7 +21,8 @@ def _positive(x: object) -> bool:
 
 
 def test_flat_model_has_the_requested_parameter_count(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.syspath_prepend(str(REPO))  # bench/ is not an installed package
     from bench.round_overhead import MODEL_SPEC, flat_model
     from fedplat.models import resolve_model_factory
@@ -38,7 +39,10 @@ def test_quick_run_writes_the_schema(tmp_path: Path) -> None:
     out = tmp_path / "round_overhead.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.round_overhead", "--quick", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -52,8 +56,14 @@ def test_quick_run_writes_the_schema(tmp_path: Path) -> None:
     assert "transport" in data["setup"] and "processes" in data["setup"]
 
     ser = data["serialization"]
-    for key in ("encode_gbps", "decode_gbps", "memcpy_gbps", "numpy_copy_gbps",
-                "encode_ratio_to_memcpy", "decode_ratio_to_memcpy"):
+    for key in (
+        "encode_gbps",
+        "decode_gbps",
+        "memcpy_gbps",
+        "numpy_copy_gbps",
+        "encode_ratio_to_memcpy",
+        "decode_ratio_to_memcpy",
+    ):
         assert _positive(ser[key]), key
     assert ser["bytes"] == 4 * ser["params"]
     assert set(ser["stages_gbps"]) >= {"encode_dense", "sha256", "codec_decode"}

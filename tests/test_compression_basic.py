@@ -54,13 +54,16 @@ def test_every_registered_compressor_round_trips_through_bytes() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.floats(-1e3, 1e3, width=32), min_size=1, max_size=400),
-       st.integers(1, 50))
+@given(
+    st.lists(st.floats(-1e3, 1e3, width=32), min_size=1, max_size=400),
+    st.integers(1, 50),
+)
 def test_identity_and_topk_round_trip_property(xs: list[float], k: int) -> None:
     v = torch.tensor(xs, dtype=torch.float32)
     ident = Identity()
-    assert torch.equal(ident.decode(Payload.from_bytes(
-        ident.encode(v, round=0, seed=0).to_bytes())), v)
+    assert torch.equal(
+        ident.decode(Payload.from_bytes(ident.encode(v, round=0, seed=0).to_bytes())), v
+    )
     tk = TopK(k=k)
     out = tk.decode(Payload.from_bytes(tk.encode(v, round=0, seed=0).to_bytes()))
     kept = out != 0
@@ -80,8 +83,9 @@ def test_topk_error_feedback_conserves_mass() -> None:
         total_in += v
         total_out += tk.decode(tk.encode(v, round=t, seed=0))
     assert tk.state.residual is not None
-    torch.testing.assert_close(total_out + tk.state.residual, total_in,
-                               rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(
+        total_out + tk.state.residual, total_in, rtol=1e-5, atol=1e-4
+    )
     no_ef = TopK(0.01, error_feedback=False)
     no_ef.encode(torch.randn(5000), round=0, seed=0)
     assert no_ef.state.residual is None
@@ -96,8 +100,10 @@ def test_topk_sampled_selection_and_state_round_trip(tmp_path: Path) -> None:
     b = TopK(0.001, selection="sampled")
     b.load_state_dict(load_state(tmp_path / "tk.safetensors"))
     for t, v in enumerate(vs[1:]):
-        assert (a.encode(v, round=t, seed=1).to_bytes()
-                == b.encode(v, round=t, seed=1).to_bytes())
+        assert (
+            a.encode(v, round=t, seed=1).to_bytes()
+            == b.encode(v, round=t, seed=1).to_bytes()
+        )
 
 
 def test_fp16_wrapper_halves_values_and_keeps_inner_state() -> None:
@@ -108,8 +114,9 @@ def test_fp16_wrapper_halves_values_and_keeps_inner_state() -> None:
     plain = TopK(0.01).encode(v, round=0, seed=0)
     assert p.values.dtype == torch.float16
     assert p.nbytes < plain.nbytes
-    torch.testing.assert_close(wrapped.decode(p), TopK(0.01).decode(plain),
-                               rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        wrapped.decode(p), TopK(0.01).decode(plain), rtol=1e-3, atol=1e-3
+    )
     # The residual keeps float32 precision (the wire rounding is not fed back).
     assert inner.state.residual is not None
     assert inner.state.residual.dtype == torch.float32
@@ -125,8 +132,9 @@ def test_registry_rejects_duplicates_unknown_names_and_keys() -> None:
         register_compressor("topk", TopK)
     with pytest.raises(CompressionError, match=r"unknown compressor 'top_k'.*topk"):
         create_compressor("top_k")
-    with pytest.raises(CompressionError,
-                       match=r"unknown parameter\(s\) \['ratoi'\].*'ratio'"):
+    with pytest.raises(
+        CompressionError, match=r"unknown parameter\(s\) \['ratoi'\].*'ratio'"
+    ):
         create_compressor("topk", ratoi=0.1)
     with pytest.raises(CompressionError, match="momentum_correction"):
         create_compressor("dgc", momentum_corection=False)
@@ -136,8 +144,13 @@ def test_registry_rejects_duplicates_unknown_names_and_keys() -> None:
 
 def test_registry_builds_dgc_from_config_values() -> None:
     layout = Layout((TensorSpec("w", (10, 10)), TensorSpec("b", (10,))))
-    c = create_compressor("dgc", ratio=0.01, layout=layout.to_dict(),
-                          warmup_densities=[0.5], nesterov=True)
+    c = create_compressor(
+        "dgc",
+        ratio=0.01,
+        layout=layout.to_dict(),
+        warmup_densities=[0.5],
+        nesterov=True,
+    )
     p = c.encode(torch.randn(110), round=0, seed=0)
     # All 10 bias entries + 0.8k..k of the 50 picked from the matrix.
     assert p.indices is not None
@@ -148,8 +161,13 @@ def test_registry_builds_dgc_from_config_values() -> None:
 
 
 def test_state_file_holds_tensors_and_scalars(tmp_path: Path) -> None:
-    state: dict[str, Any] = {"residual": torch.arange(5, dtype=torch.float32),
-                             "steps": 3, "name": "x", "flag": True, "lr": 0.5}
+    state: dict[str, Any] = {
+        "residual": torch.arange(5, dtype=torch.float32),
+        "steps": 3,
+        "name": "x",
+        "flag": True,
+        "lr": 0.5,
+    }
     save_state(tmp_path / "s.safetensors", state)
     back = load_state(tmp_path / "s.safetensors")
     assert back.keys() == state.keys()
@@ -171,9 +189,16 @@ def test_encode_rejects_bad_vectors() -> None:
 
 
 def test_algorithm_packages_do_not_import_network_or_db_stacks() -> None:
-    code = ("import sys, fedplat.compression, fedplat.privacy; "
-            "bad = [m for m in ('grpc', 'google.protobuf', 'sqlalchemy', 'opacus') "
-            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=False)
+    code = (
+        "import sys, fedplat.compression, fedplat.privacy; "
+        "bad = [m for m in ('grpc', 'google.protobuf', 'sqlalchemy', 'opacus') "
+        "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr

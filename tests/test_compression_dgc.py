@@ -70,7 +70,12 @@ def test_warmup_schedule_is_the_papers() -> None:
     assert PAPER_WARMUP_DENSITIES == (0.25, 0.0625, 0.015625, 0.00390625)
     slow = DGC(0.001, warmup_steps_per_stage=3)
     assert [slow.density_at(s) for s in (0, 2, 3, 11, 12)] == [
-        0.25, 0.25, 0.0625, 0.00390625, 0.001]
+        0.25,
+        0.25,
+        0.0625,
+        0.00390625,
+        0.001,
+    ]
     assert DGC(0.01, warmup_densities=()).density_at(0) == 0.01
     # Never sparser than the target during warm-up.
     assert DGC(0.1).density_at(2) == 0.1
@@ -91,11 +96,11 @@ def test_warmup_counter_drives_what_is_sent() -> None:
 
 @pytest.mark.parametrize("momentum_masking", [True, False])
 def test_momentum_factor_masking_zeroes_exactly_the_sent_coordinates(
-        momentum_masking: bool) -> None:
+    momentum_masking: bool,
+) -> None:
     torch.manual_seed(3)
     d, m = 20_000, 0.9
-    dgc = DGC(0.01, momentum=m, momentum_masking=momentum_masking,
-              warmup_densities=())
+    dgc = DGC(0.01, momentum=m, momentum_masking=momentum_masking, warmup_densities=())
     for _ in range(3):
         dgc.step(torch.randn(d))
     assert dgc.state.momentum is not None and dgc.state.velocity is not None
@@ -134,8 +139,14 @@ def test_sent_entries_are_the_largest_velocities() -> None:
 
 def test_only_multi_dim_tensors_are_sparsified() -> None:
     torch.manual_seed(5)
-    layout = Layout((TensorSpec("conv", (16, 3, 5, 5)), TensorSpec("conv.bias", (16,)),
-                     TensorSpec("fc", (100, 400)), TensorSpec("fc.bias", (100,))))
+    layout = Layout(
+        (
+            TensorSpec("conv", (16, 3, 5, 5)),
+            TensorSpec("conv.bias", (16,)),
+            TensorSpec("fc", (100, 400)),
+            TensorSpec("fc.bias", (100,)),
+        )
+    )
     d = layout.numel
     dgc = DGC(0.001, layout=layout, warmup_densities=())
     p = dgc.step(torch.randn(d))
@@ -168,8 +179,9 @@ def draw(dist: str, n: int, g: torch.Generator) -> torch.Tensor:
     }[dist]()
 
 
-@pytest.mark.parametrize("dist", ["normal", "uniform", "laplace", "cauchy",
-                                  "lognormal", "spiky"])
+@pytest.mark.parametrize(
+    "dist", ["normal", "uniform", "laplace", "cauchy", "lognormal", "spiky"]
+)
 @pytest.mark.parametrize("ratio", [0.001, 0.01])
 def test_sampled_threshold_keeps_between_08k_and_13k(dist: str, ratio: float) -> None:
     n = 300_000
@@ -210,8 +222,10 @@ def test_state_round_trip_continues_identically(tmp_path: Path) -> None:
     sd = a.state_dict()
     c = DGC(0.001, nesterov=True, clip_norm=50.0)
     c.load_state_dict(sd)
-    assert (a.encode(grads[0], round=9, seed=1).to_bytes()
-            == c.encode(grads[0], round=9, seed=1).to_bytes())
+    assert (
+        a.encode(grads[0], round=9, seed=1).to_bytes()
+        == c.encode(grads[0], round=9, seed=1).to_bytes()
+    )
 
 
 def test_load_state_rejects_bad_state() -> None:
@@ -221,8 +235,9 @@ def test_load_state_rejects_bad_state() -> None:
     with pytest.raises(CompressionError, match="equal-size"):
         dgc.load_state_dict({"momentum": torch.zeros(3)})
     with pytest.raises(CompressionError, match="non-finite"):
-        dgc.load_state_dict({"momentum": torch.full((3,), float("nan")),
-                             "velocity": torch.zeros(3)})
+        dgc.load_state_dict(
+            {"momentum": torch.full((3,), float("nan")), "velocity": torch.zeros(3)}
+        )
     with pytest.raises(CompressionError, match="non-negative"):
         dgc.load_state_dict({"warmup_step": -1})
 

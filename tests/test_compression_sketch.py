@@ -54,8 +54,9 @@ def test_dense_sketch_matrix_statistics(name: str) -> None:
     for t in range(trials):
         r = sk.matrix(d, round=t, seed=3).double()
         gram += r.t() @ r
-    torch.testing.assert_close(gram / trials, torch.eye(d, dtype=torch.float64),
-                               atol=0.12, rtol=0)
+    torch.testing.assert_close(
+        gram / trials, torch.eye(d, dtype=torch.float64), atol=0.12, rtol=0
+    )
     r = sk.matrix(d, round=0, seed=3)
     if name == "ams":
         assert bool((r.abs() == 1 / 8**0.5).all())
@@ -66,8 +67,9 @@ def test_dense_sketch_matrix_statistics(name: str) -> None:
     torch.testing.assert_close(sk.decode(p), r.t() @ (r @ h), rtol=1e-4, atol=1e-4)
 
 
-def test_dense_sketch_chunking_matches_one_block(monkeypatch: pytest.MonkeyPatch
-                                                ) -> None:
+def test_dense_sketch_chunking_matches_one_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import fedplat.compression.sketch as mod
 
     h = torch.randn(1000)
@@ -78,9 +80,12 @@ def test_dense_sketch_chunking_matches_one_block(monkeypatch: pytest.MonkeyPatch
     # Different chunking is a different (but equally valid) R: both sides must
     # agree on it, which they do because the width depends on b only.
     assert not torch.equal(whole.values, chunked.values)
-    torch.testing.assert_close(sk.decode(chunked),
-                               sk.matrix(1000, round=1, seed=2).t()
-                               @ chunked.values, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        sk.decode(chunked),
+        sk.matrix(1000, round=1, seed=2).t() @ chunked.values,
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SKETCHES))
@@ -93,8 +98,9 @@ def test_same_seed_and_round_same_sketch_on_both_sides(name: str) -> None:
     assert not torch.equal(p1.values, client.encode(h, round=5, seed=99).values)
     assert not torch.equal(p1.values, client.encode(h, round=4, seed=98).values)
     # The coordinator needs nothing but the bytes to de-sketch.
-    wire = Payload.from_bytes(p1.to_bytes(), expected_d=500, expected_round=4,
-                              expected_seed=99)
+    wire = Payload.from_bytes(
+        p1.to_bytes(), expected_d=500, expected_round=4, expected_seed=99
+    )
     assert torch.equal(coordinator.decode(wire), client.decode(p1))
 
 

@@ -26,13 +26,44 @@ from fedplat.compression.wire import (
 HEADER = struct.Struct("<4sBBBBBQQQQQII")
 
 
-def raw(*, magic: bytes = MAGIC, version: int = 1, kind: int = 1, dtype: int = 0,
-        codec: int = 1, method: int = 0, d: int = 10, n: int = 0, index_nbytes: int = 0,
-        seed: int = 0, rnd: int = 0, rows: int = 0, cols: int = 0,
-        values: bytes = b"", index: bytes = b"") -> bytes:
+def raw(
+    *,
+    magic: bytes = MAGIC,
+    version: int = 1,
+    kind: int = 1,
+    dtype: int = 0,
+    codec: int = 1,
+    method: int = 0,
+    d: int = 10,
+    n: int = 0,
+    index_nbytes: int = 0,
+    seed: int = 0,
+    rnd: int = 0,
+    rows: int = 0,
+    cols: int = 0,
+    values: bytes = b"",
+    index: bytes = b"",
+) -> bytes:
     """Hand-built message, so every field can be made wrong on purpose."""
-    return HEADER.pack(magic, version, kind, dtype, codec, method, d, n, index_nbytes,
-                       seed, rnd, rows, cols) + values + index
+    return (
+        HEADER.pack(
+            magic,
+            version,
+            kind,
+            dtype,
+            codec,
+            method,
+            d,
+            n,
+            index_nbytes,
+            seed,
+            rnd,
+            rows,
+            cols,
+        )
+        + values
+        + index
+    )
 
 
 def f32(*xs: float) -> bytes:
@@ -40,8 +71,14 @@ def f32(*xs: float) -> bytes:
 
 
 def sparse_raw(d: int, deltas: bytes, values: list[float], **kw: Any) -> bytes:
-    return raw(d=d, n=len(values), index_nbytes=len(deltas), values=f32(*values),
-               index=deltas, **kw)
+    return raw(
+        d=d,
+        n=len(values),
+        index_nbytes=len(deltas),
+        values=f32(*values),
+        index=deltas,
+        **kw,
+    )
 
 
 def test_header_is_fixed_57_bytes() -> None:
@@ -84,14 +121,19 @@ def test_fp16_values_round_trip() -> None:
     assert p.nbytes == HEADER_SIZE + 3 * 2 + 4
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 5000), st.data(), st.sampled_from([torch.float32, torch.float16]))
-def test_sparse_and_dense_round_trip_property(d: int, data: st.DataObject,
-                                             dtype: torch.dtype) -> None:
+def test_sparse_and_dense_round_trip_property(
+    d: int, data: st.DataObject, dtype: torch.dtype
+) -> None:
     idx_list = sorted(data.draw(st.sets(st.integers(0, d - 1), max_size=min(d, 300))))
-    vals = data.draw(st.lists(st.floats(-1e4, 1e4, width=16), min_size=len(idx_list),
-                              max_size=len(idx_list)))
+    vals = data.draw(
+        st.lists(
+            st.floats(-1e4, 1e4, width=16),
+            min_size=len(idx_list),
+            max_size=len(idx_list),
+        )
+    )
     idx = torch.tensor(idx_list, dtype=torch.int64)
     values = torch.tensor(vals, dtype=dtype)
     p = sparse_payload(d, idx, values)
@@ -100,8 +142,11 @@ def test_sparse_and_dense_round_trip_property(d: int, data: st.DataObject,
     q = Payload.from_bytes(blob, expected_d=d)
     dense = torch.zeros(d, dtype=dtype)
     dense[idx] = values
-    got = q.values if q.kind == "dense" else torch.zeros(d, dtype=dtype).index_put_(
-        (q.indices,), q.values)
+    got = (
+        q.values
+        if q.kind == "dense"
+        else torch.zeros(d, dtype=dtype).index_put_((q.indices,), q.values)
+    )
     assert torch.equal(got, dense)
     # The choice between the two forms always picks the smaller one.
     dense_size = HEADER_SIZE + d * values.element_size()
@@ -109,16 +154,23 @@ def test_sparse_and_dense_round_trip_property(d: int, data: st.DataObject,
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.sampled_from(["count", "gaussian", "ams"]), st.integers(1, 7),
-       st.integers(1, 50), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
-def test_sketch_round_trip_property(method: str, rows: int, cols: int, seed: int,
-                                    rnd: int) -> None:
+@given(
+    st.sampled_from(["count", "gaussian", "ams"]),
+    st.integers(1, 7),
+    st.integers(1, 50),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+)
+def test_sketch_round_trip_property(
+    method: str, rows: int, cols: int, seed: int, rnd: int
+) -> None:
     rows = rows if method == "count" else 1
     spec = SketchSpec(method, rows, cols, seed, rnd)  # type: ignore[arg-type]
     vals = torch.randn(rows * cols)
     p = sketch_payload(spec, 12345, vals)
-    q = Payload.from_bytes(p.to_bytes(), expected_d=12345, expected_seed=seed,
-                           expected_round=rnd)
+    q = Payload.from_bytes(
+        p.to_bytes(), expected_d=12345, expected_seed=seed, expected_round=rnd
+    )
     assert q.sketch == spec and torch.equal(q.values, vals) and q.d == 12345
     assert len(p.to_bytes()) == p.nbytes == HEADER_SIZE + 4 * rows * cols
 
@@ -132,9 +184,11 @@ def test_dense_round_trip() -> None:
 
 # --- rejection -------------------------------------------------------------------
 
+
 def good_sparse() -> bytes:
-    return sparse_payload(1000, torch.tensor([5, 200, 999]),
-                          torch.tensor([1.0, 2.0, 3.0])).to_bytes()
+    return sparse_payload(
+        1000, torch.tensor([5, 200, 999]), torch.tensor([1.0, 2.0, 3.0])
+    ).to_bytes()
 
 
 @pytest.mark.parametrize("cut", range(0, 57 + 12 + 5))
@@ -167,19 +221,39 @@ def test_every_truncation_is_rejected(cut: int) -> None:
         (sparse_raw(10, b"\x01", [float("nan")]), "non-finite"),
         (sparse_raw(10, b"\x01", [float("inf")]), "non-finite"),
         (raw(kind=0, codec=0, d=2, n=2, values=f32(1.0, float("-inf"))), "non-finite"),
-        (raw(kind=2, codec=0, method=9, d=5, n=1, rows=1, cols=1, values=f32(1.0)),
-         "method"),
-        (raw(kind=2, codec=0, method=1, d=5, n=3, rows=2, cols=2, values=f32(1, 2, 3)),
-         "spec needs 2x2"),
-        (raw(kind=2, codec=0, method=2, d=5, n=4, rows=2, cols=2,
-             values=f32(1, 2, 3, 4)), "rows == 1"),
+        (
+            raw(kind=2, codec=0, method=9, d=5, n=1, rows=1, cols=1, values=f32(1.0)),
+            "method",
+        ),
+        (
+            raw(
+                kind=2, codec=0, method=1, d=5, n=3, rows=2, cols=2, values=f32(1, 2, 3)
+            ),
+            "spec needs 2x2",
+        ),
+        (
+            raw(
+                kind=2,
+                codec=0,
+                method=2,
+                d=5,
+                n=4,
+                rows=2,
+                cols=2,
+                values=f32(1, 2, 3, 4),
+            ),
+            "rows == 1",
+        ),
         (raw(d=(1 << 48) + 1), "exceeds"),
-        (raw(kind=1, d=10, n=2, index_nbytes=1, values=f32(1, 2), index=b"\x01"),
-         "index block of 1 bytes"),
+        (
+            raw(kind=1, d=10, n=2, index_nbytes=1, values=f32(1, 2), index=b"\x01"),
+            "index block of 1 bytes",
+        ),
     ],
 )
-def test_malformed_payloads_are_rejected_with_a_reason(blob: bytes,
-                                                       reason: str) -> None:
+def test_malformed_payloads_are_rejected_with_a_reason(
+    blob: bytes, reason: str
+) -> None:
     with pytest.raises(PayloadError, match=reason):
         Payload.from_bytes(blob)
 
@@ -236,5 +310,6 @@ def test_huge_but_finite_values_are_accepted() -> None:
     v = torch.tensor([3e38, 3e38, -1.0])
     assert Payload.from_bytes(dense_payload(v).to_bytes()).values[0] == 3e38
     with pytest.raises(PayloadError, match="1 non-finite"):
-        Payload.from_bytes(raw(kind=0, codec=0, d=3, n=3,
-                               values=f32(3e38, float("nan"), 1.0)))
+        Payload.from_bytes(
+            raw(kind=0, codec=0, d=3, n=3, values=f32(3e38, float("nan"), 1.0))
+        )

@@ -65,8 +65,9 @@ def test_parse_big_endian_int32_and_float() -> None:
     np.testing.assert_array_equal(floats, np.array([0.5, -1.25], dtype=np.float32))
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32,
-                                   np.float32, np.float64])
+@pytest.mark.parametrize(
+    "dtype", [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64]
+)
 def test_write_read_roundtrip(tmp_path: Path, dtype: type) -> None:
     arr: np.ndarray = (np.arange(60).reshape(3, 4, 5) % 100).astype(dtype)
     for name in ("x.idx", "x.idx.gz"):
@@ -110,10 +111,14 @@ def test_missing_idx_file(tmp_path: Path) -> None:
 def _fake_fashion(root: Path, n_train: int = 12, n_test: int = 5) -> None:
     rng = np.random.default_rng(0)
     for prefix, n in (("train", n_train), ("t10k", n_test)):
-        write_idx(root / f"{prefix}-images-idx3-ubyte.gz",
-                  rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
-        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz",
-                  (np.arange(n) % 10).astype(np.uint8))
+        write_idx(
+            root / f"{prefix}-images-idx3-ubyte.gz",
+            rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
+        )
+        write_idx(
+            root / f"{prefix}-labels-idx1-ubyte.gz",
+            (np.arange(n) % 10).astype(np.uint8),
+        )
 
 
 def test_fashion_loader_on_synthetic_files(tmp_path: Path) -> None:
@@ -143,8 +148,9 @@ def test_fashion_rejects_mismatched_counts(tmp_path: Path) -> None:
 
 def test_fashion_rejects_wrong_image_shape(tmp_path: Path) -> None:
     _fake_fashion(tmp_path)
-    write_idx(tmp_path / "train-images-idx3-ubyte.gz",
-              np.zeros((12, 8, 8), dtype=np.uint8))
+    write_idx(
+        tmp_path / "train-images-idx3-ubyte.gz", np.zeros((12, 8, 8), dtype=np.uint8)
+    )
     with pytest.raises(DatasetError, match=r"\[N, 28, 28\]"):
         load_fashion_mnist(root=tmp_path)
 
@@ -224,11 +230,16 @@ def test_dataset_validation_and_subset() -> None:
         ds.subset([-1])
     assert "n=360" in repr(ds)
     with pytest.raises(DatasetError, match="float32"):
-        Dataset(x=torch.zeros(2, 4), y=torch.zeros(2, dtype=torch.int64),
-                name="t", num_classes=2)
+        Dataset(
+            x=torch.zeros(2, 4),
+            y=torch.zeros(2, dtype=torch.int64),
+            name="t",
+            num_classes=2,
+        )
     with pytest.raises(DatasetError, match="labels"):
-        Dataset(x=torch.zeros(2, 1, 2, 2), y=torch.tensor([0, 5]), name="t",
-                num_classes=2)
+        Dataset(
+            x=torch.zeros(2, 1, 2, 2), y=torch.tensor([0, 5]), name="t", num_classes=2
+        )
 
 
 # ------------------------------------------------------------------ partitioners
@@ -258,10 +269,12 @@ def test_iid_sizes_and_determinism() -> None:
     _assert_exact_cover(parts, 103)
     sizes = [len(p) for p in parts]
     assert max(sizes) - min(sizes) <= 1
-    assert all(np.array_equal(a, b) for a, b in zip(parts, iid(103, 10, seed=0),
-                                                    strict=True))
-    assert not all(np.array_equal(a, b) for a, b in zip(parts, iid(103, 10, seed=1),
-                                                        strict=True))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(parts, iid(103, 10, seed=0), strict=True)
+    )
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(parts, iid(103, 10, seed=1), strict=True)
+    )
 
 
 def test_dirichlet_skew_depends_on_alpha() -> None:
@@ -287,8 +300,9 @@ def test_dirichlet_unbalanced_variant_and_errors() -> None:
         dirichlet(LABELS, 0, alpha=1.0, seed=0)
     # Infeasible in practice: 100 clients, one class each at most, min_size 10.
     with pytest.raises(ValueError, match="no draw gave every one"):
-        dirichlet(LABELS, 100, alpha=0.001, seed=0, min_size=10, balance=False,
-                  max_retries=5)
+        dirichlet(
+            LABELS, 100, alpha=0.001, seed=0, min_size=10, balance=False, max_retries=5
+        )
 
 
 def test_shards_give_few_labels_per_client() -> None:
@@ -327,13 +341,19 @@ def test_sized_counts_and_fractions() -> None:
 
 
 def test_partition_dispatch() -> None:
-    assert available_partitioners() == ["dirichlet", "iid", "label_sorted", "shards",
-                                        "sized"]
+    assert available_partitioners() == [
+        "dirichlet",
+        "iid",
+        "label_sorted",
+        "shards",
+        "sized",
+    ]
     ref = shards(LABELS, 10, 2, seed=4)
     got = partition("shards", LABELS, 10, seed=4, shards_per_client=2)
     assert all(np.array_equal(a, b) for a, b in zip(ref, got, strict=True))
-    _assert_exact_cover(partition("dirichlet", LABELS, 10, seed=0, alpha=1.0),
-                        LABELS.size)
+    _assert_exact_cover(
+        partition("dirichlet", LABELS, 10, seed=0, alpha=1.0), LABELS.size
+    )
     _assert_exact_cover(partition("label-sorted", LABELS, 10, seed=0), LABELS.size)
     _assert_exact_cover(partition("iid", LABELS, 7, seed=0), LABELS.size)
     with pytest.raises(ValueError, match=r"unknown partitioner 'pathological'"):

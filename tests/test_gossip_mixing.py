@@ -99,8 +99,9 @@ def test_mixing_keeps_components_apart() -> None:
     x = torch.tensor([[0.0], [2.0], [10.0], [20.0]], dtype=torch.float64)
     for _ in range(50):
         x = mx.mix(w, x)
-    torch.testing.assert_close(x.reshape(-1), torch.tensor([1.0, 1.0, 15.0, 15.0],
-                                                          dtype=torch.float64))
+    torch.testing.assert_close(
+        x.reshape(-1), torch.tensor([1.0, 1.0, 15.0, 15.0], dtype=torch.float64)
+    )
 
 
 def test_check_adjacency_rejects_bad_input() -> None:
@@ -152,10 +153,13 @@ def test_data_weighted_rows_are_stochastic_and_local(
 
 def test_uniform_equals_equal_sizes() -> None:
     a = _adj(4, [(0, 1), (1, 2), (2, 3), (3, 0)])
-    torch.testing.assert_close(mx.uniform(a), torch.where(
-        a | torch.eye(4, dtype=torch.bool), 1 / 3, 0.0).to(torch.float64))
-    torch.testing.assert_close(mx.uniform_row(2), torch.full((3,), 1 / 3,
-                                                             dtype=torch.float64))
+    torch.testing.assert_close(
+        mx.uniform(a),
+        torch.where(a | torch.eye(4, dtype=torch.bool), 1 / 3, 0.0).to(torch.float64),
+    )
+    torch.testing.assert_close(
+        mx.uniform_row(2), torch.full((3,), 1 / 3, dtype=torch.float64)
+    )
 
 
 def test_mix_row_matches_matrix_product() -> None:
@@ -191,8 +195,9 @@ def test_push_sum_converges_to_average_on_directed_graph() -> None:
     for u, v in g.edges():
         a[u, v] = True
     p = mx.push_sum_matrix(a)
-    x0 = torch.tensor([[1.0, -4.0], [2.0, 0.0], [7.0, 8.0], [10.0, 2.0]],
-                      dtype=torch.float64)
+    x0 = torch.tensor(
+        [[1.0, -4.0], [2.0, 0.0], [7.0, 8.0], [10.0, 2.0]], dtype=torch.float64
+    )
     state = mx.PushSumState.start(x0)
     for _ in range(200):
         state = mx.push_sum_step(p, state)
@@ -220,8 +225,9 @@ def test_push_sum_survives_changing_links() -> None:
     state = mx.PushSumState.start(x0)
     for t in range(400):
         state = mx.push_sum_step(p1 if t % 2 else p2, state)
-    torch.testing.assert_close(state.estimate, torch.full((4, 1), 1.5,
-                                                          dtype=torch.float64))
+    torch.testing.assert_close(
+        state.estimate, torch.full((4, 1), 1.5, dtype=torch.float64)
+    )
 
 
 def test_push_sum_share() -> None:
@@ -276,8 +282,9 @@ def test_noloco_outer_step_by_hand() -> None:
     theta = torch.tensor([[1.0], [5.0]])
     phi = torch.tensor([[0.0], [2.0]])
     m = torch.tensor([[1.0], [0.0]])
-    out = mx.noloco_outer_step(mx.NoLoCoState(theta, phi, m), torch.tensor([1, 0]),
-                               alpha=0.5, beta=0.5)
+    out = mx.noloco_outer_step(
+        mx.NoLoCoState(theta, phi, m), torch.tensor([1, 0]), alpha=0.5, beta=0.5
+    )
     # g_bar = 2, phi_bar = 1. m0 = 0.5*1 + 0.5*2 + 0.5*(1-0) = 2.0 -> phi0 = 2
     # m1 = 0 + 1 + 0.5*(1-2) = 0.5 -> phi1 = 2.5
     torch.testing.assert_close(out.momentum, torch.tensor([[2.0], [0.5]]))
@@ -317,8 +324,9 @@ def test_consensus_distance_by_hand() -> None:
 def test_noloco_local_step_equals_pair_step() -> None:
     # A peer that knows only its partner's theta reproduces the pair update.
     gen = torch.Generator().manual_seed(3)
-    theta, phi, m = (torch.randn(2, 5, generator=gen, dtype=torch.float64)
-                     for _ in range(3))
+    theta, phi, m = (
+        torch.randn(2, 5, generator=gen, dtype=torch.float64) for _ in range(3)
+    )
     pair = mx.noloco_outer_step(mx.NoLoCoState(theta, phi, m), torch.tensor([1, 0]))
     for i in range(2):
         step = mx.noloco_local_step(theta.mean(0), phi[i], m[i])

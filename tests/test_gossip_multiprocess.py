@@ -58,13 +58,22 @@ def _push_nan(address: str) -> str:
         st = cl.status()
         msg0 = cl.pull("")
         layout = msg0.header.layout
-        cl.hello(Hello(PeerAddress("intruder", "127.0.0.1:9"), 0,
-                       layout.fingerprint()))
+        cl.hello(Hello(PeerAddress("intruder", "127.0.0.1:9"), 0, layout.fingerprint()))
         x = torch.zeros(layout.numel)
         x[0] = float("nan")
         data = dense_payload(x).to_bytes()
-        h = ModelHeader("intruder", st.round, layout, 100, 1, 0.0, "", "i:1",
-                        len(data), hashlib.sha256(data).hexdigest())
+        h = ModelHeader(
+            "intruder",
+            st.round,
+            layout,
+            100,
+            1,
+            0.0,
+            "",
+            "i:1",
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+        )
         try:
             cl.push(ModelMessage(h, data))
         except InvalidArgument as exc:
@@ -79,15 +88,27 @@ def test_eight_peer_processes_survive_kills_and_a_restart_rejoins(
     path = _scenario(tmp_path)
     store = Store(str(tmp_path / "gossip.db"))
     launcher = ProcessLauncher(
-        path, tmp_path / "logs",
-        peer_args=["--heartbeat", "0.3", "--dead-after", "2.5",
-                   "--round-timeout", "4", "--linger", "6", "--min-round-s", "0.6"],
+        path,
+        tmp_path / "logs",
+        peer_args=[
+            "--heartbeat",
+            "0.3",
+            "--dead-after",
+            "2.5",
+            "--round-timeout",
+            "4",
+            "--linger",
+            "6",
+            "--min-round-s",
+            "0.6",
+        ],
         recorder=GossipRecorder(store),
     )
     out: dict[str, LaunchResult] = {}
     runner = threading.Thread(target=lambda: out.setdefault("r", launcher.run(360)))
     runner.start()
     try:
+
         def peer0_round() -> int:
             try:
                 return launcher.clients[0].status().round
@@ -99,8 +120,10 @@ def test_eight_peer_processes_survive_kills_and_a_restart_rejoins(
     finally:
         runner.join(360)
     res = out["r"]
-    logs = "\n".join(f"--- {f.name}\n{f.read_text()[-2000:]}"
-                     for f in sorted((tmp_path / "logs").glob("*.log")))
+    logs = "\n".join(
+        f"--- {f.name}\n{f.read_text()[-2000:]}"
+        for f in sorted((tmp_path / "logs").glob("*.log"))
+    )
 
     # Bad input: refused with a reason; the peer went on to finish.
     assert "non-finite" in reason, reason
@@ -131,8 +154,10 @@ def test_eight_peer_processes_survive_kills_and_a_restart_rejoins(
     # The restarted peer rejoined: it reports, learned, and sits as close to its
     # neighbours as the others do to theirs.
     assert 2 in final.node_accuracy, logs
-    assert final.node_accuracy[2] > min(final.node_accuracy[1],
-                                        final.node_accuracy[3]) - 0.1
+    assert (
+        final.node_accuracy[2]
+        > min(final.node_accuracy[1], final.node_accuracy[3]) - 0.1
+    )
     others = [d for i, d in final.distance_to_neighbours.items() if i != 2]
     assert final.distance_to_neighbours[2] < 3 * statistics.median(others) + 1e-3
 
@@ -141,7 +166,10 @@ def test_eight_peer_processes_survive_kills_and_a_restart_rejoins(
     assert run is not None and run.status == "completed"
     kinds = {e.kind for e in store.list_events(run.id)}
     assert {"gossip_node_removed", "gossip_node_rejoined"} <= kinds
-    rounds_of_2 = {m.round_number for m in store.list_metrics(run.id, "gossip.accuracy")
-                   if m.client_id == "2"}
+    rounds_of_2 = {
+        m.round_number
+        for m in store.list_metrics(run.id, "gossip.accuracy")
+        if m.client_id == "2"
+    }
     assert max(rounds_of_2) == ROUNDS
     store.close()

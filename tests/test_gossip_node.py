@@ -45,12 +45,20 @@ def data() -> NodeData:
     return load_node_data(DataSpec(dataset="digits"), 4, 0)
 
 
-def _node(data: NodeData, i: int, port: int, seeds: tuple[str, ...] = (),
-          **over: Any) -> PeerNode:
+def _node(
+    data: NodeData, i: int, port: int, seeds: tuple[str, ...] = (), **over: Any
+) -> PeerNode:
     cfg: dict[str, Any] = {
-        "node_id": str(i), "listen": f"127.0.0.1:{port}", "seeds": seeds,
-        "rounds": 5, "lr": 0.1, "batch_size": 16, "heartbeat_s": 0.2,
-        "dead_after_s": 1.5, "round_timeout_s": 5.0, "linger_s": 0.5,
+        "node_id": str(i),
+        "listen": f"127.0.0.1:{port}",
+        "seeds": seeds,
+        "rounds": 5,
+        "lr": 0.1,
+        "batch_size": 16,
+        "heartbeat_s": 0.2,
+        "dead_after_s": 1.5,
+        "round_timeout_s": 5.0,
+        "linger_s": 0.5,
         "bootstrap_timeout_s": 20.0,
     }
     cfg.update(over)
@@ -61,9 +69,13 @@ def _node(data: NodeData, i: int, port: int, seeds: tuple[str, ...] = (),
 def _ring(data: NodeData, n: int, **over: Any) -> list[PeerNode]:
     ports = [free_port() for _ in range(n)]
     return [
-        _node(data, i, ports[i], tuple(
-            f"{j}@127.0.0.1:{ports[j]}" for j in ((i - 1) % n, (i + 1) % n)
-        ), **over)
+        _node(
+            data,
+            i,
+            ports[i],
+            tuple(f"{j}@127.0.0.1:{ports[j]}" for j in ((i - 1) % n, (i + 1) % n)),
+            **over,
+        )
         for i in range(n)
     ]
 
@@ -83,8 +95,18 @@ def _run_all(nodes: list[PeerNode], timeout: float = 60) -> None:
 def test_serde_round_trips_and_refuses_bad_streams() -> None:
     layout = Layout((TensorSpec("w", (2, 3)),))
     data = b"x" * 10
-    h = ModelHeader("a", 3, layout, 7, 2, 0.5, "e:1", "e:2", len(data),
-                    hashlib.sha256(data).hexdigest())
+    h = ModelHeader(
+        "a",
+        3,
+        layout,
+        7,
+        2,
+        0.5,
+        "e:1",
+        "e:2",
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+    )
     msg = ModelMessage(h, data)
     back = serde.model_from_chunks(list(serde.model_to_chunks(msg, 4)), 100)
     assert back == msg
@@ -150,16 +172,31 @@ def test_link_codec_tracks_the_model_and_recovers_from_lost_references() -> None
 # ------------------------------------------------------------------ bad input
 
 
-def _evil_message(node: PeerNode, vec: torch.Tensor | None = None, *,
-                  layout: Layout | None = None, data: bytes | None = None,
-                  total: int | None = None, sha: str | None = None,
-                  sender: str = "evil") -> list[pb.ModelChunk]:
+def _evil_message(
+    node: PeerNode,
+    vec: torch.Tensor | None = None,
+    *,
+    layout: Layout | None = None,
+    data: bytes | None = None,
+    total: int | None = None,
+    sha: str | None = None,
+    sender: str = "evil",
+) -> list[pb.ModelChunk]:
     if data is None:
         v = vec if vec is not None else torch.zeros(node.dim)
         data = dense_payload(v).to_bytes()
-    h = ModelHeader(sender, 1, layout or node.layout, 10, 1, 0.0, "", "evil:1",
-                    len(data) if total is None else total,
-                    sha or hashlib.sha256(data).hexdigest())
+    h = ModelHeader(
+        sender,
+        1,
+        layout or node.layout,
+        10,
+        1,
+        0.0,
+        "",
+        "evil:1",
+        len(data) if total is None else total,
+        sha or hashlib.sha256(data).hexdigest(),
+    )
     return list(serde.model_to_chunks(ModelMessage(h, data), 64 * 1024))
 
 
@@ -174,21 +211,24 @@ def test_bad_models_are_rejected_with_a_reason_and_the_peer_keeps_its_model(
             # An unknown sender is refused before anything is read.
             with pytest.raises(UnknownClient, match="not a neighbour"):
                 evil.push_chunks(_evil_message(node))
-            reply = evil.hello(Hello(PeerAddress("evil", "127.0.0.1:1"), 0,
-                                     node.fingerprint))
+            reply = evil.hello(
+                Hello(PeerAddress("evil", "127.0.0.1:1"), 0, node.fingerprint)
+            )
             assert reply.linked
             nan = torch.zeros(node.dim)
             nan[5] = float("nan")
-            wrong = Layout((TensorSpec("net.1.weight", (16, 65)),
-                            *node.layout.specs[1:]))
+            wrong = Layout(
+                (TensorSpec("net.1.weight", (16, 65)), *node.layout.specs[1:])
+            )
             cases = [
                 ([pb.ModelChunk(data=b"\x00" * 10)], "must start with a header"),
                 (_evil_message(node, data=b"garbage" * 20), "bad magic"),
-                (_evil_message(node, layout=wrong),
-                 "wrong model shape: tensor 'net.1.weight' has shape \\[16, 65\\]"),
+                (
+                    _evil_message(node, layout=wrong),
+                    "wrong model shape: tensor 'net.1.weight' has shape \\[16, 65\\]",
+                ),
                 (_evil_message(node, nan), "non-finite"),
-                (_evil_message(node, torch.zeros(node.dim + 3)),
-                 "declared dimension"),
+                (_evil_message(node, torch.zeros(node.dim + 3)), "declared dimension"),
                 (_evil_message(node, data=b"x" * 2_000_000), "oversize model"),
                 (_evil_message(node, total=10**12), "oversize model"),
                 (_evil_message(node, sha="0" * 64), "checksum mismatch"),
@@ -257,14 +297,19 @@ def test_emergent_topology_from_one_seed(data: NodeData) -> None:
     port0 = free_port()
     hub = _node(data, 0, port0)
     hub.start()
-    others = [_node(data, i, free_port(), (f"127.0.0.1:{port0}",),
-                    target_degree=2) for i in (1, 2, 3)]
+    others = [
+        _node(data, i, free_port(), (f"127.0.0.1:{port0}",), target_degree=2)
+        for i in (1, 2, 3)
+    ]
     try:
         for nd in others:  # one after another: later ones learn earlier ones
             nd.start()
             time.sleep(0.2)
-        wait_for(lambda: all(len(nd.table) >= 2 for nd in others), 15,
-                 "peers to find a second neighbour through the seed")
+        wait_for(
+            lambda: all(len(nd.table) >= 2 for nd in others),
+            15,
+            "peers to find a second neighbour through the seed",
+        )
         assert len(hub.table) == 3
         assert all("0" in nd.table for nd in others)
     finally:
@@ -287,8 +332,11 @@ def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
         t.start()
     wait_for(lambda: a.round >= 3, 30, "three rounds")
     c.stop()  # dies without a goodbye
-    wait_for(lambda: not any(n.node_id == "2" for n in a.table.live()), 10,
-             "peer 0 to notice that peer 2 is dead")
+    wait_for(
+        lambda: not any(n.node_id == "2" for n in a.table.live()),
+        10,
+        "peer 0 to notice that peer 2 is dead",
+    )
     r_dead = a.round
     wait_for(lambda: a.round >= r_dead + 3, 30, "peer 0 to keep training without 2")
     c2 = make(2, bootstrap_timeout_s=5.0)

@@ -65,8 +65,9 @@ def test_random_topologies_repeat_with_seed() -> None:
         ("random_geometric", {"n": 3, "radius": 0}, "radius > 0"),
     ],
 )
-def test_bad_topologies_name_the_problem(kind: str, params: dict[str, Any],
-                                         msg: str) -> None:
+def test_bad_topologies_name_the_problem(
+    kind: str, params: dict[str, Any], msg: str
+) -> None:
     with pytest.raises(topo.TopologyError, match=msg):
         topo.build_topology(kind, **params)
 
@@ -87,8 +88,12 @@ def test_toml_and_yaml_are_equivalent(tmp_path: Path) -> None:
         'name = "t"\nrounds = 5\n[topology]\nkind = "ring"\nn = 6\n'
         '[[events]]\nround = 2\naction = "remove_nodes"\nnodes = [1]\n'
     )
-    data = {"name": "t", "rounds": 5, "topology": {"kind": "ring", "n": 6},
-            "events": [{"round": 2, "action": "remove_nodes", "nodes": [1]}]}
+    data = {
+        "name": "t",
+        "rounds": 5,
+        "topology": {"kind": "ring", "n": 6},
+        "events": [{"round": 2, "action": "remove_nodes", "nodes": [1]}],
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
     assert load_scenario(tmp_path / "s.toml") == load_scenario(tmp_path / "s.yaml")
 
@@ -101,29 +106,69 @@ def test_toml_and_yaml_are_equivalent(tmp_path: Path) -> None:
         ({"topology": {"kind": "ring", "n": 8, "m": 2}}, "does not take \\['m'\\]"),
         ({"mixing": {"rule": "gossip"}}, "mixing.rule: Input should be"),
         ({"events": [{"round": 1, "action": "explode"}]}, "does not match any of the"),
-        ({"events": [{"round": 1, "action": "remove_nodes"}]},
-         "give exactly one of nodes and target"),
-        ({"events": [{"round": 1, "action": "remove_nodes",
-                      "target": {"by": "degree", "fraction": 0.1, "count": 2}}]},
-         "give exactly one of fraction and count"),
-        ({"events": [{"round": 1, "action": "remove_nodes",
-                      "target": {"by": "pagerank", "count": 2}}]},
-         "events.0.remove_nodes.target.by"),
-        ({"events": [{"round": 1, "action": "remove_nodes", "nodes": [9]}]},
-         "events.0 \\(remove_nodes\\): nodes \\[9\\] do not exist"),
+        (
+            {"events": [{"round": 1, "action": "remove_nodes"}]},
+            "give exactly one of nodes and target",
+        ),
+        (
+            {
+                "events": [
+                    {
+                        "round": 1,
+                        "action": "remove_nodes",
+                        "target": {"by": "degree", "fraction": 0.1, "count": 2},
+                    }
+                ]
+            },
+            "give exactly one of fraction and count",
+        ),
+        (
+            {
+                "events": [
+                    {
+                        "round": 1,
+                        "action": "remove_nodes",
+                        "target": {"by": "pagerank", "count": 2},
+                    }
+                ]
+            },
+            "events.0.remove_nodes.target.by",
+        ),
+        (
+            {"events": [{"round": 1, "action": "remove_nodes", "nodes": [9]}]},
+            "events.0 \\(remove_nodes\\): nodes \\[9\\] do not exist",
+        ),
         ({"events": [{"round": 10, "action": "heal"}]}, "round 10 is not before"),
-        ({"events": [{"round": 1, "action": "cut_links", "edges": [[0, 4]]}]},
-         "link \\[0, 4\\] is not in the topology"),
-        ({"events": [{"round": 1, "action": "partition", "groups": [[0, 1]]}]},
-         "groups must cover every node"),
-        ({"events": [{"round": 1, "action": "battery", "nodes": [1]}]},
-         "lifetime: Field required"),
-        ({"events": [{"round": 1, "action": "partition", "parts": 2,
-                      "method": "geometric"}]}, "needs a random_geometric"),
+        (
+            {"events": [{"round": 1, "action": "cut_links", "edges": [[0, 4]]}]},
+            "link \\[0, 4\\] is not in the topology",
+        ),
+        (
+            {"events": [{"round": 1, "action": "partition", "groups": [[0, 1]]}]},
+            "groups must cover every node",
+        ),
+        (
+            {"events": [{"round": 1, "action": "battery", "nodes": [1]}]},
+            "lifetime: Field required",
+        ),
+        (
+            {
+                "events": [
+                    {
+                        "round": 1,
+                        "action": "partition",
+                        "parts": 2,
+                        "method": "geometric",
+                    }
+                ]
+            },
+            "needs a random_geometric",
+        ),
     ],
 )
-def test_invalid_scenarios_fail_with_clear_errors(over: dict[str, Any],
-                                                  msg: str) -> None:
+def test_invalid_scenarios_fail_with_clear_errors(
+    over: dict[str, Any], msg: str
+) -> None:
     with pytest.raises(ScenarioError, match=msg):
         parse_scenario(_scenario(**over), "s.yaml")
 
@@ -146,14 +191,19 @@ def test_load_scenario_file_errors(tmp_path: Path) -> None:
 
 
 def test_remove_top_degree_hubs_and_rejoin() -> None:
-    s = parse_scenario(_scenario(
-        topology={"kind": "barabasi_albert", "n": 30, "m": 2},
-        events=[
-            {"round": 2, "action": "remove_nodes",
-             "target": {"by": "degree", "fraction": 0.1}},
-            {"round": 5, "action": "rejoin", "nodes": "removed"},
-        ],
-    ))
+    s = parse_scenario(
+        _scenario(
+            topology={"kind": "barabasi_albert", "n": 30, "m": 2},
+            events=[
+                {
+                    "round": 2,
+                    "action": "remove_nodes",
+                    "target": {"by": "degree", "fraction": 0.1},
+                },
+                {"round": 5, "action": "rejoin", "nodes": "removed"},
+            ],
+        )
+    )
     net = NetworkState(s)
     degree = dict(net.base.degree())
     top3 = sorted(sorted(degree, key=lambda v: (-degree[v], v))[:3])
@@ -170,11 +220,19 @@ def test_remove_top_degree_hubs_and_rejoin() -> None:
 
 
 def test_relay_only_nodes_hold_no_data_from_the_start() -> None:
-    s = parse_scenario(_scenario(
-        topology={"kind": "barabasi_albert", "n": 20, "m": 2},
-        events=[{"round": 3, "action": "remove_nodes", "with_data": False,
-                 "target": {"by": "betweenness", "count": 2}}],
-    ))
+    s = parse_scenario(
+        _scenario(
+            topology={"kind": "barabasi_albert", "n": 20, "m": 2},
+            events=[
+                {
+                    "round": 3,
+                    "action": "remove_nodes",
+                    "with_data": False,
+                    "target": {"by": "betweenness", "count": 2},
+                }
+            ],
+        )
+    )
     net = NetworkState(s)
     bc = nx.betweenness_centrality(net.base)
     top2 = set(sorted(bc, key=lambda v: (-bc[v], v))[:2])
@@ -186,9 +244,19 @@ def test_relay_only_nodes_hold_no_data_from_the_start() -> None:
 
 def test_random_removal_repeats_with_seed_and_differs_across_seeds() -> None:
     def chosen(seed: int) -> tuple[int, ...]:
-        s = parse_scenario(_scenario(seed=seed, topology={"kind": "ring", "n": 40},
-                                     events=[{"round": 1, "action": "remove_nodes",
-                                              "target": {"by": "random", "count": 5}}]))
+        s = parse_scenario(
+            _scenario(
+                seed=seed,
+                topology={"kind": "ring", "n": 40},
+                events=[
+                    {
+                        "round": 1,
+                        "action": "remove_nodes",
+                        "target": {"by": "random", "count": 5},
+                    }
+                ],
+            )
+        )
         net = NetworkState(s)
         return net.advance(1)[0].nodes
 
@@ -197,13 +265,17 @@ def test_random_removal_repeats_with_seed_and_differs_across_seeds() -> None:
 
 
 def test_partition_heal_cut_links_and_battery() -> None:
-    s = parse_scenario(_scenario(events=[
-        {"round": 1, "action": "partition", "parts": 2},
-        {"round": 2, "action": "cut_links", "edges": [[1, 2]]},
-        {"round": 3, "action": "heal"},
-        {"round": 4, "action": "heal_links"},
-        {"round": 1, "action": "battery", "nodes": [5], "lifetime": 4},
-    ]))
+    s = parse_scenario(
+        _scenario(
+            events=[
+                {"round": 1, "action": "partition", "parts": 2},
+                {"round": 2, "action": "cut_links", "edges": [[1, 2]]},
+                {"round": 3, "action": "heal"},
+                {"round": 4, "action": "heal_links"},
+                {"round": 1, "action": "battery", "nodes": [5], "lifetime": 4},
+            ]
+        )
+    )
     net = NetworkState(s)
     (part,) = net.advance(1)
     assert part.kind == "gossip_partition"
@@ -226,11 +298,14 @@ def test_partition_heal_cut_links_and_battery() -> None:
 
 
 def test_geometric_partition_splits_by_position() -> None:
-    s = parse_scenario(_scenario(
-        topology={"kind": "random_geometric", "n": 40, "radius": 0.3},
-        events=[{"round": 1, "action": "partition", "parts": 2,
-                 "method": "geometric"}],
-    ))
+    s = parse_scenario(
+        _scenario(
+            topology={"kind": "random_geometric", "n": 40, "radius": 0.3},
+            events=[
+                {"round": 1, "action": "partition", "parts": 2, "method": "geometric"}
+            ],
+        )
+    )
     net = NetworkState(s)
     (part,) = net.advance(1)
     left, right = part.details["groups"]
@@ -240,13 +315,29 @@ def test_geometric_partition_splits_by_position() -> None:
 
 
 def test_random_link_cuts() -> None:
-    s = parse_scenario(_scenario(events=[
-        {"round": 1, "action": "cut_links", "target": {"by": "random", "count": 3}},
-    ]))
+    s = parse_scenario(
+        _scenario(
+            events=[
+                {
+                    "round": 1,
+                    "action": "cut_links",
+                    "target": {"by": "random", "count": 3},
+                },
+            ]
+        )
+    )
     net = NetworkState(s)
     (cut,) = net.advance(1)
     assert len(cut.edges) == 3 and net.graph().number_of_edges() == 5
     with pytest.raises(ScenarioError, match="by: random"):
-        parse_scenario(_scenario(events=[
-            {"round": 1, "action": "cut_links",
-             "target": {"by": "degree", "count": 3}}]))
+        parse_scenario(
+            _scenario(
+                events=[
+                    {
+                        "round": 1,
+                        "action": "cut_links",
+                        "target": {"by": "degree", "count": 3},
+                    }
+                ]
+            )
+        )

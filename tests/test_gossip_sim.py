@@ -148,14 +148,16 @@ def test_removal_relays_and_rejoin_catch_up() -> None:
 
 def test_compressed_links_send_fewer_bytes_and_still_learn() -> None:
     dense = simulate(_scenario(rounds=6))
-    topk = simulate(_scenario(rounds=6, links={"compressor": "topk",
-                                               "params": {"ratio": 0.1}}))
+    topk = simulate(
+        _scenario(rounds=6, links={"compressor": "topk", "params": {"ratio": 0.1}})
+    )
     assert topk.final.bytes_sent < 0.3 * dense.final.bytes_sent
     assert topk.final_mean_accuracy is not None and topk.final_mean_accuracy > 0.5
     assert sum(topk.link_bytes.values()) == sum(m.bytes_sent for m in topk.rounds)
     with pytest.raises(ValueError, match="noloco"):
-        GossipSimulation(_scenario(mixing={"rule": "noloco"},
-                                   links={"compressor": "fp16"}))
+        GossipSimulation(
+            _scenario(mixing={"rule": "noloco"}, links={"compressor": "fp16"})
+        )
 
 
 def test_simulation_repeats_exactly() -> None:
@@ -169,10 +171,14 @@ def test_simulation_repeats_exactly() -> None:
 def test_recorder_writes_the_store_contract(tmp_path: Path) -> None:
     from fedplat.store import Store
 
-    s = _scenario(rounds=4, eval={"every": 2}, events=[
-        {"round": 1, "action": "remove_nodes", "nodes": [3]},
-        {"round": 2, "action": "rejoin", "nodes": "removed"},
-    ])
+    s = _scenario(
+        rounds=4,
+        eval={"every": 2},
+        events=[
+            {"round": 1, "action": "remove_nodes", "nodes": [3]},
+            {"round": 2, "action": "rejoin", "nodes": "removed"},
+        ],
+    )
     with Store(str(tmp_path / "g.db")) as store:
         rec = GossipRecorder(store)
         GossipSimulation(s, observers=[rec]).run()
@@ -185,15 +191,20 @@ def test_recorder_writes_the_store_contract(tmp_path: Path) -> None:
         assert topo["nodes"] == [str(i) for i in range(8)]
         assert ["0", "1"] in topo["edges"] and len(topo["edges"]) == 8
         names = {(m.name, m.client_id is None) for m in store.list_metrics(rec.run_id)}
-        for name in ("gossip.mean_accuracy", "gossip.min_accuracy",
-                     "gossip.consensus_distance", "gossip.components"):
+        for name in (
+            "gossip.mean_accuracy",
+            "gossip.min_accuracy",
+            "gossip.consensus_distance",
+            "gossip.components",
+        ):
             assert (name, True) in names
         assert ("gossip.accuracy", False) in names
         assert ("gossip.bytes_sent", False) in names
         acc = store.list_metrics(rec.run_id, "gossip.accuracy")
         assert {m.round_number for m in acc} == {2, 4}
         assert {m.client_id for m in acc if m.round_number == 4} == {
-            str(i) for i in range(8)}
+            str(i) for i in range(8)
+        }
         removed = store.list_events(rec.run_id, kind="gossip_node_removed")
         assert removed[0].round_number == 1
         assert removed[0].details["nodes"] == ["3"]

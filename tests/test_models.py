@@ -63,7 +63,10 @@ def test_builtin_names_and_architectures() -> None:
     mlp = MLP((1, 28, 28), 10)
     linears = [m for m in mlp.modules() if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [
-        (784, 200), (200, 200), (200, 10)]
+        (784, 200),
+        (200, 200),
+        (200, 10),
+    ]
     assert sum(p.numel() for p in LogisticRegression((1, 8, 8), 10).parameters()) == 650
     assert isinstance(create_model("cnn", (1, 8, 8), 10, channels=(4, 8)), CNN)
     assert len(list(MLP((1, 8, 8), 3, hidden=()).parameters())) == 2
@@ -135,8 +138,9 @@ def test_import_path_resolution(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_models_for_test", raising=False)
-    model = create_model("my_models_for_test:Factories.wide", (1, 8, 8), 10,
-                         seed=0, width=8)
+    model = create_model(
+        "my_models_for_test:Factories.wide", (1, 8, 8), 10, seed=0, width=8
+    )
     assert model(torch.rand(5, 1, 8, 8)).shape == (5, 10)
     with pytest.raises(ModelSpecError, match="cannot import module"):
         resolve_model_factory("no_such_pkg_xyz.models:net")
@@ -152,8 +156,9 @@ def test_mlp_learns_digits(digits: tuple[Dataset, Dataset]) -> None:
     train, test = digits
     model = create_model("mlp", train.input_shape, train.num_classes, seed=0)
     before = evaluate(model, test)
-    result = train_epochs(model, train, epochs=8, batch_size=32, lr=1e-3,
-                          optimizer="adam", seed=0)
+    result = train_epochs(
+        model, train, epochs=8, batch_size=32, lr=1e-3, optimizer="adam", seed=0
+    )
     after = evaluate(model, test)
     assert result.num_examples == len(train) == 1437
     assert result.steps == 8 * 45 and result.examples_seen == 8 * 1437

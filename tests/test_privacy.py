@@ -45,8 +45,9 @@ def test_clip_rows_clips_each_client_separately() -> None:
 
 def test_noise_std_is_what_the_accountant_needs() -> None:
     sigma = noise_multiplier_for(EPS, DELTA, STEPS, RATE)
-    mech = GaussianMechanism.calibrated(epsilon=EPS, delta=DELTA, steps=STEPS,
-                                        sample_rate=RATE, clip_norm=CLIP)
+    mech = GaussianMechanism.calibrated(
+        epsilon=EPS, delta=DELTA, steps=STEPS, sample_rate=RATE, clip_norm=CLIP
+    )
     assert mech.noise_multiplier == sigma
     assert mech.std == pytest.approx(sigma * CLIP)
     # The noise actually drawn has that std.
@@ -121,8 +122,9 @@ def test_seeded_noise_is_reproducible_and_sensitivity_factor() -> None:
     assert torch.equal(a, b)
     assert GaussianMechanism(1.3, 2.0, sensitivity_factor=2.0).std == pytest.approx(5.2)
     # Central DP on a mean of n clipped updates: noise std on the sum / n.
-    mean_noise = mech.noise_for_mean(torch.zeros(200_000), 10,
-                                     generator=make_noise_generator(1))
+    mean_noise = mech.noise_for_mean(
+        torch.zeros(200_000), 10, generator=make_noise_generator(1)
+    )
     assert float(mean_noise.std()) == pytest.approx(mech.std / 10, rel=0.01)
 
 
@@ -134,9 +136,13 @@ def test_local_dp_on_a_sketch_payload() -> None:
     clipped = privatize_payload(p, mech, generator=make_noise_generator(0))
     assert clipped.sketch == p.sketch
     assert float(clipped.values.norm()) == pytest.approx(1.0, rel=1e-4)
-    noisy = privatize_payload(p, GaussianMechanism(2.0, 1.0),
-                              generator=make_noise_generator(0))
+    noisy = privatize_payload(
+        p, GaussianMechanism(2.0, 1.0), generator=make_noise_generator(0)
+    )
     assert float((noisy.values - clipped.values).std()) == pytest.approx(2.0, rel=0.15)
     with pytest.raises(PrivacyError, match="sparse"):
-        privatize_payload(TopK(0.01).encode(h, round=0, seed=0), mech,
-                          generator=make_noise_generator(0))
+        privatize_payload(
+            TopK(0.01).encode(h, round=0, seed=0),
+            mech,
+            generator=make_noise_generator(0),
+        )

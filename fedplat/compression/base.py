@@ -77,8 +77,9 @@ def derive_seed(seed: int, round: int, *labels: str | int) -> int:
     """
     if not 0 <= seed < 1 << 64 or not 0 <= round < 1 << 64:
         raise CompressionError("seed and round must be in [0, 2^64)")
-    h = hashlib.blake2b(struct.pack("<QQ", seed, round), digest_size=8,
-                        person=b"fedplat-compr")
+    h = hashlib.blake2b(
+        struct.pack("<QQ", seed, round), digest_size=8, person=b"fedplat-compr"
+    )
     for label in labels:
         h.update(b"\x00" + str(label).encode())
     return int.from_bytes(h.digest(), "little")
@@ -114,8 +115,9 @@ def check_vector(vec: torch.Tensor, d: int | None = None) -> torch.Tensor:
     return vec.detach()
 
 
-def state_tensor(state: Mapping[str, StateValue], key: str,
-                 d: int | None = None) -> torch.Tensor | None:
+def state_tensor(
+    state: Mapping[str, StateValue], key: str, d: int | None = None
+) -> torch.Tensor | None:
     """Fetch an optional float32 ``[d]`` buffer from a state dict, validated."""
     if key not in state:
         return None
@@ -143,8 +145,9 @@ def state_int(state: Mapping[str, StateValue], key: str, default: int = 0) -> in
     return v
 
 
-def check_state_keys(state: Mapping[str, StateValue], allowed: set[str],
-                     owner: str) -> None:
+def check_state_keys(
+    state: Mapping[str, StateValue], allowed: set[str], owner: str
+) -> None:
     """Reject unknown keys: a misspelled key must not be silently ignored."""
     unknown = sorted(set(state) - allowed)
     if unknown:

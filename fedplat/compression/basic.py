@@ -144,9 +144,14 @@ class TopK:
         ``torch.topk``, or DGC's sampled threshold (see :mod:`.selection`).
     """
 
-    def __init__(self, ratio: float | None = None, *, k: int | None = None,
-                 error_feedback: bool = True,
-                 selection: Literal["exact", "sampled"] = "exact") -> None:
+    def __init__(
+        self,
+        ratio: float | None = None,
+        *,
+        k: int | None = None,
+        error_feedback: bool = True,
+        selection: Literal["exact", "sampled"] = "exact",
+    ) -> None:
         if (ratio is None) == (k is None):
             raise CompressionError("give exactly one of ratio and k")
         if ratio is not None and not 0.0 < ratio <= 1.0:
@@ -155,7 +160,8 @@ class TopK:
             raise CompressionError(f"k must be >= 1, got {k}")
         if selection not in ("exact", "sampled"):
             raise CompressionError(
-                f"selection must be 'exact' or 'sampled', got {selection!r}")
+                f"selection must be 'exact' or 'sampled', got {selection!r}"
+            )
         self.ratio, self.k = ratio, k
         self.error_feedback = error_feedback
         self.selection = selection

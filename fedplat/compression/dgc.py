@@ -103,14 +103,17 @@ class DGCState:
             out["velocity"] = self.velocity.clone()
         return out
 
-    def load_state_dict(self, state: Mapping[str, StateValue],
-                        d: int | None = None) -> None:
-        check_state_keys(state, {"warmup_step", "last_sent", "momentum", "velocity"},
-                         "DGC")
+    def load_state_dict(
+        self, state: Mapping[str, StateValue], d: int | None = None
+    ) -> None:
+        check_state_keys(
+            state, {"warmup_step", "last_sent", "momentum", "velocity"}, "DGC"
+        )
         u = state_tensor(state, "momentum", d)
         v = state_tensor(state, "velocity", d)
         if (u is None) != (v is None) or (
-                u is not None and v is not None and u.numel() != v.numel()):
+            u is not None and v is not None and u.numel() != v.numel()
+        ):
             raise CompressionError("DGC state needs equal-size momentum and velocity")
         self.momentum, self.velocity = u, v
         self.warmup_step = state_int(state, "warmup_step")
@@ -158,14 +161,24 @@ class DGC:
         ``seed``/``round``).
     """
 
-    def __init__(self, ratio: float = 0.001, *, momentum: float = 0.9,
-                 nesterov: bool = False, clip_norm: float | None = None,
-                 momentum_correction: bool = True, momentum_masking: bool = True,
-                 warmup_densities: Sequence[float] = PAPER_WARMUP_DENSITIES,
-                 warmup_steps_per_stage: int = 1, sample_ratio: float = 0.01,
-                 upper_bound: float = 1.3, lower_bound: float = 0.8,
-                 max_passes: int = 10, layout: Layout | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        ratio: float = 0.001,
+        *,
+        momentum: float = 0.9,
+        nesterov: bool = False,
+        clip_norm: float | None = None,
+        momentum_correction: bool = True,
+        momentum_masking: bool = True,
+        warmup_densities: Sequence[float] = PAPER_WARMUP_DENSITIES,
+        warmup_steps_per_stage: int = 1,
+        sample_ratio: float = 0.01,
+        upper_bound: float = 1.3,
+        lower_bound: float = 0.8,
+        max_passes: int = 10,
+        layout: Layout | None = None,
+        seed: int = 0,
+    ) -> None:
         if not 0.0 < ratio <= 1.0:
             raise CompressionError(f"ratio must be in (0, 1], got {ratio}")
         if not 0.0 <= momentum < 1.0:
@@ -243,8 +256,9 @@ class DGC:
         return self.state.state_dict()
 
     def load_state_dict(self, state: Mapping[str, StateValue]) -> None:
-        self.state.load_state_dict(state, None if self.layout is None
-                                   else self.layout.numel)
+        self.state.load_state_dict(
+            state, None if self.layout is None else self.layout.numel
+        )
 
     # --- core -------------------------------------------------------------------
     def _segments_for(self, d: int) -> list[tuple[int, int, bool]]:
@@ -253,8 +267,9 @@ class DGC:
         if self._segments is None:
             self._segments = [
                 (a, b, len(spec.shape) > 1)
-                for spec, (a, b) in zip(self.layout.specs, self.layout.offsets(),
-                                        strict=True)
+                for spec, (a, b) in zip(
+                    self.layout.specs, self.layout.offsets(), strict=True
+                )
             ]
         return self._segments
 
@@ -262,8 +277,13 @@ class DGC:
         self, grad: torch.Tensor, seed: int, round: int, density: float
     ) -> Payload:
         st = self.state
-        expected = (self.layout.numel if self.layout is not None
-                    else None if st.velocity is None else st.velocity.numel())
+        expected = (
+            self.layout.numel
+            if self.layout is not None
+            else None
+            if st.velocity is None
+            else st.velocity.numel()
+        )
         g = check_vector(grad, expected)
         d = g.numel()
         if self.clip_norm is not None:
@@ -306,8 +326,11 @@ class DGC:
                 u.mul_(m).add_(gs)
                 v.add_(u)
             sel = sampled_topk(
-                v.abs(), k, sample_ratio=self.sample_ratio,
-                upper_bound=self.upper_bound, lower_bound=self.lower_bound,
+                v.abs(),
+                k,
+                sample_ratio=self.sample_ratio,
+                upper_bound=self.upper_bound,
+                lower_bound=self.lower_bound,
                 max_passes=self.max_passes,
                 generator=make_generator(seed, round, "dgc.sample", seg),
             )

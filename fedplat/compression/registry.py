@@ -48,9 +48,12 @@ def _valid_params(factory: CompressorFactory) -> list[str] | None:
     params = inspect.signature(factory).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return [p.name for p in params
-            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                          inspect.Parameter.KEYWORD_ONLY)]
+    return [
+        p.name
+        for p in params
+        if p.kind
+        in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
 
 
 def _takes_layout(factory: CompressorFactory) -> bool:
@@ -109,26 +112,45 @@ def _fp16(
     return FP16(create_compressor(inner, layout=layout, **dict(inner_params or {})))
 
 
-def _dgc(ratio: float = 0.001, *, momentum: float = 0.9, nesterov: bool = False,
-         clip_norm: float | None = None, momentum_correction: bool = True,
-         momentum_masking: bool = True,
-         warmup_densities: list[float] | tuple[float, ...] | None = None,
-         warmup_steps_per_stage: int = 1, sample_ratio: float = 0.01,
-         upper_bound: float = 1.3, lower_bound: float = 0.8, max_passes: int = 10,
-         layout: Layout | Mapping[str, Any] | None = None, seed: int = 0) -> Compressor:
+def _dgc(
+    ratio: float = 0.001,
+    *,
+    momentum: float = 0.9,
+    nesterov: bool = False,
+    clip_norm: float | None = None,
+    momentum_correction: bool = True,
+    momentum_masking: bool = True,
+    warmup_densities: list[float] | tuple[float, ...] | None = None,
+    warmup_steps_per_stage: int = 1,
+    sample_ratio: float = 0.01,
+    upper_bound: float = 1.3,
+    lower_bound: float = 0.8,
+    max_passes: int = 10,
+    layout: Layout | Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> Compressor:
     """DGC from config values: ``layout`` may be ``Layout.to_dict()`` output."""
     if isinstance(layout, Mapping):
         layout = Layout.from_dict(layout)
     extra: dict[str, Any] = {}
     if warmup_densities is not None:
         extra["warmup_densities"] = tuple(warmup_densities)
-    return DGC(ratio, momentum=momentum, nesterov=nesterov, clip_norm=clip_norm,
-               momentum_correction=momentum_correction,
-               momentum_masking=momentum_masking,
-               warmup_steps_per_stage=warmup_steps_per_stage,
-               sample_ratio=sample_ratio, upper_bound=upper_bound,
-               lower_bound=lower_bound, max_passes=max_passes, layout=layout,
-               seed=seed, **extra)
+    return DGC(
+        ratio,
+        momentum=momentum,
+        nesterov=nesterov,
+        clip_norm=clip_norm,
+        momentum_correction=momentum_correction,
+        momentum_masking=momentum_masking,
+        warmup_steps_per_stage=warmup_steps_per_stage,
+        sample_ratio=sample_ratio,
+        upper_bound=upper_bound,
+        lower_bound=lower_bound,
+        max_passes=max_passes,
+        layout=layout,
+        seed=seed,
+        **extra,
+    )
 
 
 register_compressor("identity", Identity)

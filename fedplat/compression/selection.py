@@ -64,8 +64,9 @@ def exact_topk(importance: torch.Tensor, k: int) -> Selection:
     return Selection(idx, float("nan"), 0, k, True)
 
 
-def sample_stride(numel: int, ratio: float, sample_ratio: float = 0.01
-                  ) -> tuple[int, int]:
+def sample_stride(
+    numel: int, ratio: float, sample_ratio: float = 0.01
+) -> tuple[int, int]:
     """``(stride, num_samples)`` of the strided sample, as in the reference code."""
     pct_numel = math.ceil(numel * sample_ratio)
     cpr_numel = math.ceil(2 / ratio)
@@ -81,10 +82,16 @@ def sample_stride(numel: int, ratio: float, sample_ratio: float = 0.01
     return stride, num_samples
 
 
-def sampled_topk(importance: torch.Tensor, k: int, *,
-                 sample_ratio: float = 0.01, upper_bound: float = 1.3,
-                 lower_bound: float = 0.8, max_passes: int = 10,
-                 generator: torch.Generator | None = None) -> Selection:
+def sampled_topk(
+    importance: torch.Tensor,
+    k: int,
+    *,
+    sample_ratio: float = 0.01,
+    upper_bound: float = 1.3,
+    lower_bound: float = 0.8,
+    max_passes: int = 10,
+    generator: torch.Generator | None = None,
+) -> Selection:
     """Approximately the ``k`` largest of ``importance`` ``[n]`` by a sampled threshold.
 
     Parameters

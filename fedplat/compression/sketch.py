@@ -66,8 +66,9 @@ class _Stateless:
         check_state_keys(state, set(), type(self).__name__)
 
 
-def _check_spec(payload: Payload, method: SketchMethod, rows: int, cols: int
-                ) -> SketchSpec:
+def _check_spec(
+    payload: Payload, method: SketchMethod, rows: int, cols: int
+) -> SketchSpec:
     spec = payload.sketch
     if payload.kind != "sketch" or spec is None:
         raise PayloadError(f"expected a sketch payload, got {payload.kind!r}")
@@ -94,8 +95,9 @@ class _DenseSketch(_Stateless):
         applied to the ``[b]`` / ``[d]`` vectors instead of the matrix."""
         raise NotImplementedError
 
-    def _chunks(self, d: int, seed: int, round: int
-                ) -> Iterator[tuple[int, int, torch.Tensor]]:
+    def _chunks(
+        self, d: int, seed: int, round: int
+    ) -> Iterator[tuple[int, int, torch.Tensor]]:
         """``(start, end, R[:, start:end])`` column blocks of ``R`` ``[b, d]``.
 
         Each block has its own derived seed, so any block can be rebuilt alone and
@@ -119,11 +121,13 @@ class _DenseSketch(_Stateless):
         for a, e, blk in self._chunks(h.numel(), seed, round):
             s.addmv_(blk, h[a:e])
         s.div_(math.sqrt(self.b))
-        return sketch_payload(SketchSpec(self.method, 1, self.b, seed, round),
-                              h.numel(), s)
+        return sketch_payload(
+            SketchSpec(self.method, 1, self.b, seed, round), h.numel(), s
+        )
 
-    def desketch(self, s: torch.Tensor, d: int, *, round: int, seed: int
-                 ) -> torch.Tensor:
+    def desketch(
+        self, s: torch.Tensor, d: int, *, round: int, seed: int
+    ) -> torch.Tensor:
         """``Rᵀ s`` ``[d]`` for a sketch ``s`` ``[b]``."""
         s = s.to(torch.float32).reshape(-1) / math.sqrt(self.b)
         out = torch.empty(d, dtype=torch.float32)
@@ -134,8 +138,9 @@ class _DenseSketch(_Stateless):
     def decode(self, payload: Payload) -> torch.Tensor:
         """Sketch payload -> ``Rᵀ s`` ``[d]`` (``R`` rebuilt from seed and round)."""
         spec = _check_spec(payload, self.method, 1, self.b)
-        return self.desketch(payload.values, payload.d, round=spec.round,
-                             seed=spec.seed)
+        return self.desketch(
+            payload.values, payload.d, round=spec.round, seed=spec.seed
+        )
 
 
 class GaussianSketch(_DenseSketch):
@@ -177,22 +182,29 @@ class CountSketch(_Stateless):
 
     method: SketchMethod = "count"
 
-    def __init__(self, rows: int = 5, cols: int = 10_000, *,
-                 recovery: Literal["linear", "topk"] = "linear",
-                 k: int | None = None) -> None:
+    def __init__(
+        self,
+        rows: int = 5,
+        cols: int = 10_000,
+        *,
+        recovery: Literal["linear", "topk"] = "linear",
+        k: int | None = None,
+    ) -> None:
         if rows < 1 or cols < 1:
             raise CompressionError(f"need rows, cols >= 1, got {rows}x{cols}")
         if recovery not in ("linear", "topk"):
             raise CompressionError(
-                f"recovery must be 'linear' or 'topk', got {recovery!r}")
+                f"recovery must be 'linear' or 'topk', got {recovery!r}"
+            )
         if recovery == "topk" and (k is None or k < 1):
             raise CompressionError("topk recovery needs k >= 1")
         self.rows, self.cols = rows, cols
         self.recovery = recovery
         self.k = k
 
-    def _hashes(self, d: int, seed: int, round: int, j: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _hashes(
+        self, d: int, seed: int, round: int, j: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Row ``j``'s buckets (int64 ``[d]``) and signs (float32 ``[d]``).
 
         Fully random hashes (rather than a pairwise-independent family) drawn
@@ -212,11 +224,13 @@ class CountSketch(_Stateless):
             buckets, signs = self._hashes(d, seed, round, j)
             table[j].index_add_(0, buckets, signs.mul_(h))
         table.div_(math.sqrt(self.rows))
-        return sketch_payload(SketchSpec("count", self.rows, self.cols, seed, round),
-                              d, table)
+        return sketch_payload(
+            SketchSpec("count", self.rows, self.cols, seed, round), d, table
+        )
 
-    def row_estimates(self, s: torch.Tensor, d: int, *, round: int, seed: int
-                      ) -> torch.Tensor:
+    def row_estimates(
+        self, s: torch.Tensor, d: int, *, round: int, seed: int
+    ) -> torch.Tensor:
         """Per-row estimates ``s_j(i) S_j[h_j(i)]`` of each coordinate, ``[rows, d]``.
 
         Undoes the ``rows^-1/2`` scaling, so each row alone is unbiased.
@@ -228,8 +242,9 @@ class CountSketch(_Stateless):
             torch.mul(table[j][buckets], signs, out=est[j])
         return est
 
-    def desketch(self, s: torch.Tensor, d: int, *, round: int, seed: int
-                 ) -> torch.Tensor:
+    def desketch(
+        self, s: torch.Tensor, d: int, *, round: int, seed: int
+    ) -> torch.Tensor:
         """Recover ``[d]`` from a sketch ``s`` ``[rows * cols]``."""
         if self.recovery == "linear":
             # Rᵀ s, accumulated row by row: no [rows, d] buffer.
@@ -253,12 +268,14 @@ class CountSketch(_Stateless):
     def decode(self, payload: Payload) -> torch.Tensor:
         """Sketch payload -> recovered ``[d]`` (hashes rebuilt from seed and round)."""
         spec = _check_spec(payload, "count", self.rows, self.cols)
-        return self.desketch(payload.values, payload.d, round=spec.round,
-                             seed=spec.seed)
+        return self.desketch(
+            payload.values, payload.d, round=spec.round, seed=spec.seed
+        )
 
 
-def mean_sketch(payloads: Sequence[Payload],
-                weights: Sequence[float] | None = None) -> Payload:
+def mean_sketch(
+    payloads: Sequence[Payload], weights: Sequence[float] | None = None
+) -> Payload:
     """Weighted mean of sketch payloads of one round (same spec and ``d``).
 
     Parameters
@@ -283,8 +300,11 @@ def mean_sketch(payloads: Sequence[Payload],
     for p in payloads[1:]:
         if p.kind != "sketch" or p.sketch != first.sketch or p.d != first.d:
             raise PayloadError("sketches differ in method, shape, seed, round or d")
-    w = torch.ones(len(payloads), dtype=torch.float64) if weights is None else (
-        torch.tensor(list(weights), dtype=torch.float64))
+    w = (
+        torch.ones(len(payloads), dtype=torch.float64)
+        if weights is None
+        else (torch.tensor(list(weights), dtype=torch.float64))
+    )
     if w.numel() != len(payloads) or bool((w < 0).any()) or float(w.sum()) <= 0:
         raise PayloadError("weights must be non-negative, one per payload, not all 0")
     stacked = torch.stack([p.values.to(torch.float64) for p in payloads])

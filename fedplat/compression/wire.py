@@ -188,19 +188,27 @@ class Payload:
     @property
     def nbytes(self) -> int:
         """Exact length of :meth:`to_bytes` (header included)."""
-        return (HEADER_SIZE + self.nnz * self.values.element_size()
-                + len(self._index_block))
+        return (
+            HEADER_SIZE + self.nnz * self.values.element_size() + len(self._index_block)
+        )
 
     def to_bytes(self) -> bytes:
         """Serialise to the wire format described in the module docstring."""
         spec = self.sketch
         header = _HEADER.pack(
-            MAGIC, _VERSION, _KIND_CODES[self.kind], _DTYPE_CODES[self.values.dtype],
+            MAGIC,
+            _VERSION,
+            _KIND_CODES[self.kind],
+            _DTYPE_CODES[self.values.dtype],
             _INDEX_VARINT if self.kind == "sparse" else _INDEX_NONE,
             _METHOD_CODES[spec.method] if spec else 0,
-            self.d, self.nnz, len(self._index_block),
-            spec.seed if spec else 0, spec.round if spec else 0,
-            spec.rows if spec else 0, spec.cols if spec else 0,
+            self.d,
+            self.nnz,
+            len(self._index_block),
+            spec.seed if spec else 0,
+            spec.round if spec else 0,
+            spec.rows if spec else 0,
+            spec.cols if spec else 0,
         )
         np_dtype = _DTYPE_BY_CODE[_DTYPE_CODES[self.values.dtype]][1]
         vals = self.values.detach().contiguous().numpy().astype(np_dtype, copy=False)
@@ -208,11 +216,15 @@ class Payload:
         return b"".join((header, vals.data.cast("B"), self._index_block))
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, *,
-                   expected_d: int | None = None,
-                   expected_kinds: tuple[PayloadKind, ...] | None = None,
-                   expected_seed: int | None = None,
-                   expected_round: int | None = None) -> Payload:
+    def from_bytes(
+        cls,
+        data: bytes | bytearray | memoryview,
+        *,
+        expected_d: int | None = None,
+        expected_kinds: tuple[PayloadKind, ...] | None = None,
+        expected_seed: int | None = None,
+        expected_round: int | None = None,
+    ) -> Payload:
         """Parse and validate untrusted bytes.
 
         Parameters
@@ -232,8 +244,9 @@ class Payload:
         PayloadError
             With the reason, on any inconsistency.
         """
-        return _parse(bytes(data), expected_d, expected_kinds, expected_seed,
-                      expected_round)
+        return _parse(
+            bytes(data), expected_d, expected_kinds, expected_seed, expected_round
+        )
 
     def with_values(self, values: torch.Tensor) -> Payload:
         """Same payload with replaced values (e.g. cast to float16, noised)."""
@@ -324,13 +337,30 @@ def _varint_decode(block: bytes, n: int) -> np.ndarray:
     return np.add.reduceat(parts, starts)
 
 
-def _parse(data: bytes, expected_d: int | None,
-           expected_kinds: tuple[PayloadKind, ...] | None,
-           expected_seed: int | None, expected_round: int | None) -> Payload:
+def _parse(
+    data: bytes,
+    expected_d: int | None,
+    expected_kinds: tuple[PayloadKind, ...] | None,
+    expected_seed: int | None,
+    expected_round: int | None,
+) -> Payload:
     if len(data) < HEADER_SIZE:
         raise PayloadError(f"payload has {len(data)} bytes, header needs {HEADER_SIZE}")
-    (magic, version, kind_code, dtype_code, index_codec, method_code, d, n,
-     index_nbytes, seed, rnd, rows, cols) = _HEADER.unpack_from(data, 0)
+    (
+        magic,
+        version,
+        kind_code,
+        dtype_code,
+        index_codec,
+        method_code,
+        d,
+        n,
+        index_nbytes,
+        seed,
+        rnd,
+        rows,
+        cols,
+    ) = _HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
     if version != _VERSION:
@@ -379,8 +409,9 @@ def _parse(data: bytes, expected_d: int | None,
     expected_len = HEADER_SIZE + n * itemsize + index_nbytes
     if len(data) != expected_len:
         what = "truncated" if len(data) < expected_len else "has trailing bytes"
-        raise PayloadError(f"payload {what}: {len(data)} bytes, header implies "
-                           f"{expected_len}")
+        raise PayloadError(
+            f"payload {what}: {len(data)} bytes, header implies {expected_len}"
+        )
     arr = np.frombuffer(data, dtype=np_dtype, count=n, offset=HEADER_SIZE)
     values = torch.from_numpy(arr.astype(np_dtype, copy=True)).to(torch_dtype)
     if not all_finite(values):
@@ -389,17 +420,21 @@ def _parse(data: bytes, expected_d: int | None,
 
     indices: torch.Tensor | None = None
     if kind == "sparse":
-        deltas = _varint_decode(data[HEADER_SIZE + n * itemsize:], n)
+        deltas = _varint_decode(data[HEADER_SIZE + n * itemsize :], n)
         if n and bool((deltas >= np.uint64(d)).any()):
             raise PayloadError(f"sparse index out of range [0, {d})")
         if n > 1 and bool((deltas[1:] == 0).any()):
-            raise PayloadError("sparse indices must be strictly increasing "
-                               "(zero delta: duplicate index)")
+            raise PayloadError(
+                "sparse indices must be strictly increasing "
+                "(zero delta: duplicate index)"
+            )
         # Every delta < d <= 2^48, so a uint64 wrap in cumsum would show up as a
         # decrease; the range check on the last index catches everything else.
         idx = np.cumsum(deltas, dtype=np.uint64)
-        if n and (int(idx[-1]) >= d or (n > 1 and not bool((np.diff(idx.astype(
-                np.int64)) > 0).all()))):
+        if n and (
+            int(idx[-1]) >= d
+            or (n > 1 and not bool((np.diff(idx.astype(np.int64)) > 0).all()))
+        ):
             raise PayloadError(f"sparse index out of range [0, {d})")
         indices = torch.from_numpy(idx.astype(np.int64))
     payload = Payload(kind, d, values, indices, spec)
@@ -411,8 +446,9 @@ def dense_payload(values: torch.Tensor) -> Payload:
     return Payload("dense", int(values.numel()), values.detach().contiguous())
 
 
-def sparse_payload(d: int, indices: torch.Tensor, values: torch.Tensor, *,
-                   dense_fallback: bool = True) -> Payload:
+def sparse_payload(
+    d: int, indices: torch.Tensor, values: torch.Tensor, *, dense_fallback: bool = True
+) -> Payload:
     """A sparse payload, or a dense one when that is not larger on the wire.
 
     Parameters

@@ -34,8 +34,16 @@ FASHION_MNIST_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_ENV_VAR = "FEDPLAT_FASHION_MNIST_DIR"
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 FASHION_MNIST_CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 SPLITS = ("train", "test")
 
@@ -143,8 +151,9 @@ class Dataset:
                 f"subset indices must lie in [0, {len(self)}), got range "
                 f"[{int(idx.min())}, {int(idx.max())}]"
             )
-        return Dataset(x=self.x[idx], y=self.y[idx], name=self.name,
-                       num_classes=self.num_classes)
+        return Dataset(
+            x=self.x[idx], y=self.y[idx], name=self.name, num_classes=self.num_classes
+        )
 
 
 # --------------------------------------------------------------------------- IDX
@@ -353,8 +362,9 @@ def load_fashion_mnist(
     x_np /= np.float32(255.0)
     x = torch.from_numpy(x_np.reshape(-1, 1, 28, 28))
     y = torch.from_numpy(labels.astype(np.int64))
-    return Dataset(x=x, y=y, name="fashion_mnist",
-                   num_classes=len(FASHION_MNIST_CLASSES))
+    return Dataset(
+        x=x, y=y, name="fashion_mnist", num_classes=len(FASHION_MNIST_CLASSES)
+    )
 
 
 # ------------------------------------------------------------------------ digits
@@ -400,7 +410,9 @@ def load_digits(
         raise DatasetError(f"test_fraction must be in (0, 1), got {test_fraction}")
     images, target = _sklearn_digits()
     train_idx, test_idx = train_test_split(
-        np.arange(len(target)), test_size=test_fraction, stratify=target,
+        np.arange(len(target)),
+        test_size=test_fraction,
+        stratify=target,
         random_state=seed,
     )
     idx = np.sort(train_idx if split == "train" else test_idx)
@@ -469,7 +481,8 @@ def load_dataset(
         logger.warning(
             "Fashion-MNIST is not installed (%s). Install it with "
             "`apt-get install %s`. Falling back to scikit-learn digits.",
-            exc, FASHION_MNIST_PACKAGE,
+            exc,
+            FASHION_MNIST_PACKAGE,
         )
         digits_kw = {k: v for k, v in kw.items() if k in ("seed", "test_fraction")}
         return load_digits(split=split, **digits_kw)

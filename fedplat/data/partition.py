@@ -226,9 +226,7 @@ def label_sorted(labels: np.ndarray, n_clients: int) -> Partition:
     return _finish(np.array_split(order, n_clients))
 
 
-def sized(
-    n_items: int, sizes: Sequence[int] | Sequence[float], seed: int
-) -> Partition:
+def sized(n_items: int, sizes: Sequence[int] | Sequence[float], seed: int) -> Partition:
     """Random split with prescribed, possibly unequal, client sizes.
 
     Parameters
@@ -296,12 +294,24 @@ def _iid(labels: np.ndarray, n_clients: int, seed: int) -> Partition:
 
 
 def _dirichlet(
-    labels: np.ndarray, n_clients: int, seed: int, *, alpha: float,
-    min_size: int = 10, balance: bool = True,
+    labels: np.ndarray,
+    n_clients: int,
+    seed: int,
+    *,
+    alpha: float,
+    min_size: int = 10,
+    balance: bool = True,
     max_retries: int = DEFAULT_MAX_RETRIES,
 ) -> Partition:
-    return dirichlet(labels, n_clients, alpha, seed, min_size, balance=balance,
-                     max_retries=max_retries)
+    return dirichlet(
+        labels,
+        n_clients,
+        alpha,
+        seed,
+        min_size,
+        balance=balance,
+        max_retries=max_retries,
+    )
 
 
 def _shards(
@@ -316,7 +326,10 @@ def _label_sorted(labels: np.ndarray, n_clients: int, seed: int) -> Partition:
 
 
 def _sized(
-    labels: np.ndarray, n_clients: int, seed: int, *,
+    labels: np.ndarray,
+    n_clients: int,
+    seed: int,
+    *,
     sizes: Sequence[int] | Sequence[float],
 ) -> Partition:
     if len(sizes) != n_clients:
@@ -328,8 +341,11 @@ def _sized(
 _Entry = tuple[Callable[..., Partition], frozenset[str], frozenset[str]]
 _PARTITIONERS: dict[str, _Entry] = {
     "iid": (_iid, frozenset(), frozenset()),
-    "dirichlet": (_dirichlet, frozenset({"alpha"}),
-                  frozenset({"min_size", "balance", "max_retries"})),
+    "dirichlet": (
+        _dirichlet,
+        frozenset({"alpha"}),
+        frozenset({"min_size", "balance", "max_retries"}),
+    ),
     "shards": (_shards, frozenset(), frozenset({"shards_per_client"})),
     "label_sorted": (_label_sorted, frozenset(), frozenset()),
     "sized": (_sized, frozenset({"sizes"}), frozenset()),

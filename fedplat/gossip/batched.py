@@ -145,10 +145,10 @@ class StackedModel:
                     step = e * per_epoch + b
                     if step >= steps[i]:
                         break
-                    sel = perm[b * batch_size:(b + 1) * batch_size]
+                    sel = perm[b * batch_size : (b + 1) * batch_size]
                     lo = step * batch_size
-                    idx[i, lo:lo + sel.numel()] = sel + starts[i]
-                    mask[i, lo:lo + sel.numel()] = 1.0
+                    idx[i, lo : lo + sel.numel()] = sel + starts[i]
+                    mask[i, lo : lo + sel.numel()] = 1.0
         w = x.detach().clone()
         for step in range(total):
             cols = slice(step * batch_size, (step + 1) * batch_size)
@@ -184,6 +184,6 @@ class StackedModel:
         correct = torch.zeros(k, dtype=torch.int64)
         params = self._params(x)
         for a in range(0, len(data), chunk):
-            out = self._logits(params, data.x[a:a + chunk])  # [k, t, C]
-            correct += (out.argmax(-1) == data.y[a:a + chunk]).sum(1)
+            out = self._logits(params, data.x[a : a + chunk])  # [k, t, C]
+            correct += (out.argmax(-1) == data.y[a : a + chunk]).sum(1)
         return correct.to(torch.float64) / max(1, len(data))

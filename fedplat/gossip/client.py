@@ -94,28 +94,34 @@ class PeerClient:
         )
 
     def push(self, msg: ModelMessage) -> PushReply:
-        return serde.push_reply_from_proto(self._call(
-            lambda: self.stub.PushModel(
-                serde.model_to_chunks(msg, self.chunk_bytes), timeout=self.timeout
+        return serde.push_reply_from_proto(
+            self._call(
+                lambda: self.stub.PushModel(
+                    serde.model_to_chunks(msg, self.chunk_bytes), timeout=self.timeout
+                )
             )
-        ))
+        )
 
     def push_chunks(self, chunks: list[pb.ModelChunk]) -> PushReply:
         """Send raw chunks (tests use it to send malformed streams)."""
-        return serde.push_reply_from_proto(self._call(
-            lambda: self.stub.PushModel(iter(chunks), timeout=self.timeout)
-        ))
+        return serde.push_reply_from_proto(
+            self._call(lambda: self.stub.PushModel(iter(chunks), timeout=self.timeout))
+        )
 
     def pull(self, sender_id: str) -> ModelMessage:
         req = pb.PullRequest(sender_id=sender_id)
-        return self._call(lambda: serde.model_from_chunks(
-            self.stub.PullModel(req, timeout=self.timeout), self.max_model_bytes
-        ))
+        return self._call(
+            lambda: serde.model_from_chunks(
+                self.stub.PullModel(req, timeout=self.timeout), self.max_model_bytes
+            )
+        )
 
     def status(self) -> PeerStatus:
-        return serde.status_from_proto(self._call(
-            lambda: self.stub.GetStatus(pb.StatusRequest(), timeout=self.timeout)
-        ))
+        return serde.status_from_proto(
+            self._call(
+                lambda: self.stub.GetStatus(pb.StatusRequest(), timeout=self.timeout)
+            )
+        )
 
     def close(self) -> None:
         self.channel.close()

@@ -135,8 +135,12 @@ class ProcessLauncher:
         self.peer_args = list(peer_args or [])
         self.recorder = recorder
         self.poll_s = poll_s
-        self.env = {**(env or os.environ), "OMP_NUM_THREADS": "1",
-                    "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **(env or os.environ),
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         n = self.network.n
         self.ports = [_free_port(host) for _ in range(n)]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -148,15 +152,29 @@ class ProcessLauncher:
         return f"{self.host}:{self.ports[i]}"
 
     def _spawn(self, i: int, extra: list[str]) -> None:
-        seeds = ",".join(f"{j}@{self.address(j)}"
-                         for j in sorted(self.network.base.neighbors(i)))
-        args = [sys.executable, "-m", "fedplat.cli", "gossip", "node",
-                "--scenario", str(self.path), "--id", str(i),
-                "--listen", self.address(i), *(["--seeds", seeds] if seeds else []),
-                *self.peer_args, *extra]
+        seeds = ",".join(
+            f"{j}@{self.address(j)}" for j in sorted(self.network.base.neighbors(i))
+        )
+        args = [
+            sys.executable,
+            "-m",
+            "fedplat.cli",
+            "gossip",
+            "node",
+            "--scenario",
+            str(self.path),
+            "--id",
+            str(i),
+            "--listen",
+            self.address(i),
+            *(["--seeds", seeds] if seeds else []),
+            *self.peer_args,
+            *extra,
+        ]
         with (self.workdir / f"node-{i}.log").open("ab") as logf:
-            self.procs[i] = subprocess.Popen(args, stdout=logf,
-                                             stderr=subprocess.STDOUT, env=self.env)
+            self.procs[i] = subprocess.Popen(
+                args, stdout=logf, stderr=subprocess.STDOUT, env=self.env
+            )
 
     def _kill(self, i: int) -> None:
         p = self.procs.get(i)
@@ -193,13 +211,21 @@ class ProcessLauncher:
             nb = [models[j] for j in g.neighbors(i) if j in models]
             if nb:
                 dist[i] = float((x - torch.stack(nb).mean(0)).norm())
-        cd = (mx.consensus_distance(torch.stack(list(models.values())))
-              if models else float("nan"))
+        cd = (
+            mx.consensus_distance(torch.stack(list(models.values())))
+            if models
+            else float("nan")
+        )
         vals = [a for a in acc.values() if a is not None]
         return LaunchRound(
-            r, len(self.network.alive), components(g), cd,
-            sum(vals) / len(vals) if vals else None, min(vals) if vals else None,
-            {i: float(a) for i, a in acc.items() if a is not None}, dist,
+            r,
+            len(self.network.alive),
+            components(g),
+            cd,
+            sum(vals) / len(vals) if vals else None,
+            min(vals) if vals else None,
+            {i: float(a) for i, a in acc.items() if a is not None},
+            dist,
         )
 
     def run(self, timeout: float = 600.0) -> LaunchResult:
@@ -211,8 +237,12 @@ class ProcessLauncher:
         if self.recorder is not None:
             test = load_dataset(s.data.dataset, "test")
             template = build_model(s.model, test.input_shape, test.num_classes, s.seed)
-            self.recorder.start(s, layout_of(template).to_dict(),
-                                edge_list(self.network.base), self.network.relay)
+            self.recorder.start(
+                s,
+                layout_of(template).to_dict(),
+                edge_list(self.network.base),
+                self.network.relay,
+            )
         for ch in self.network.advance(0):
             changes.append(ch)
         for i in sorted(self.network.alive):
@@ -225,8 +255,7 @@ class ProcessLauncher:
                 time.sleep(self.poll_s)
                 st = self._statuses()
                 seen.update(st)
-                live = [i for i in self.network.alive
-                        if self.procs[i].poll() is None]
+                live = [i for i in self.network.alive if self.procs[i].poll() is None]
                 if not live:
                     break
                 if not st:
@@ -241,11 +270,19 @@ class ProcessLauncher:
                     if self.recorder is not None:
                         sent = {i: st[i].bytes_sent - last_bytes.get(i, 0) for i in st}
                         last_bytes.update({i: st[i].bytes_sent for i in st})
-                        self.recorder.round(RoundMetrics(
-                            m.round, m.alive, m.components, m.consensus_distance,
-                            sum(sent.values()), m.mean_accuracy, m.min_accuracy,
-                            m.node_accuracy, sent,
-                        ))
+                        self.recorder.round(
+                            RoundMetrics(
+                                m.round,
+                                m.alive,
+                                m.components,
+                                m.consensus_distance,
+                                sum(sent.values()),
+                                m.mean_accuracy,
+                                m.min_accuracy,
+                                m.node_accuracy,
+                                sent,
+                            )
+                        )
                     if done_round < s.rounds:
                         for ch in self.network.advance(done_round):
                             changes.append(ch)
@@ -259,9 +296,12 @@ class ProcessLauncher:
         finally:
             codes = self._shutdown()
         gone = set(range(self.network.n)) - self.network.alive
-        crashed = [i for i, c in codes.items()
-                   if c not in (0, -signal.SIGTERM)
-                   and not (i in gone and c == -signal.SIGKILL)]
+        crashed = [
+            i
+            for i, c in codes.items()
+            if c not in (0, -signal.SIGTERM)
+            and not (i in gone and c == -signal.SIGKILL)
+        ]
         if self.recorder is not None:
             link_bytes: dict[tuple[int, int], int] = {}
             for i, p in seen.items():
@@ -273,12 +313,19 @@ class ProcessLauncher:
                     link_bytes[e] = link_bytes.get(e, 0) + nb.bytes_sent
             self.recorder.finish(
                 link_bytes,
-                status="completed" if not crashed and done_round >= s.rounds
+                status="completed"
+                if not crashed and done_round >= s.rounds
                 else "failed",
             )
-        return LaunchResult(rounds, changes, codes, sorted(set(self.killed)),
-                            self.restarted, sorted(set(crashed)),
-                            time.monotonic() - t0)
+        return LaunchResult(
+            rounds,
+            changes,
+            codes,
+            sorted(set(self.killed)),
+            self.restarted,
+            sorted(set(crashed)),
+            time.monotonic() - t0,
+        )
 
     def _enact(self, ch: GraphChange) -> None:
         if ch.kind == "gossip_node_removed":
@@ -310,5 +357,3 @@ class ProcessLauncher:
         for c in self.clients.values():
             c.close()
         return codes
-
-

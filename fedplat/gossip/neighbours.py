@@ -135,8 +135,11 @@ class NeighbourTable:
     def live(self) -> list[Neighbour]:
         """Alive, unblocked neighbours (copies), sorted by id."""
         with self._lock:
-            return [Neighbour(**vars(r)) for _, r in sorted(self._rows.items())
-                    if r.alive and not r.blocked]
+            return [
+                Neighbour(**vars(r))
+                for _, r in sorted(self._rows.items())
+                if r.alive and not r.blocked
+            ]
 
     def all(self) -> list[Neighbour]:
         with self._lock:
@@ -144,17 +147,23 @@ class NeighbourTable:
 
     def addresses(self) -> list[PeerAddress]:
         with self._lock:
-            return [PeerAddress(r.node_id, r.address)
-                    for _, r in sorted(self._rows.items())]
+            return [
+                PeerAddress(r.node_id, r.address) for _, r in sorted(self._rows.items())
+            ]
 
     def views(self) -> list[NeighbourView]:
         now = self._clock()
         with self._lock:
             return [
                 NeighbourView(
-                    r.node_id, r.address, r.alive, r.blocked, r.round,
+                    r.node_id,
+                    r.address,
+                    r.alive,
+                    r.blocked,
+                    r.round,
                     -1.0 if r.last_seen is None else now - r.last_seen,
-                    r.bytes_sent, r.bytes_received,
+                    r.bytes_sent,
+                    r.bytes_received,
                 )
                 for _, r in sorted(self._rows.items())
             ]

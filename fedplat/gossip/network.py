@@ -84,9 +84,7 @@ class GraphChange:
         }
 
 
-def select_nodes(
-    g: nx.Graph, target: Target, rng: np.random.Generator
-) -> list[int]:
+def select_nodes(g: nx.Graph, target: Target, rng: np.random.Generator) -> list[int]:
     """The nodes of ``g`` a target picks: top by degree/betweenness, or random.
 
     Ties in centrality are broken by the smaller node id so the choice is
@@ -197,7 +195,9 @@ class NetworkState:
         self.removed.update(nodes)
         what = "with their data" if with_data else "relay-only"
         return GraphChange(
-            "gossip_node_removed", round, tuple(nodes),
+            "gossip_node_removed",
+            round,
+            tuple(nodes),
             message=f"{len(nodes)} node(s) removed ({reason}, {what})",
             details={"reason": reason, "with_data": with_data},
         )
@@ -206,7 +206,8 @@ class NetworkState:
         r = ev.round
         if isinstance(ev, RemoveNodes):
             chosen = (
-                self._preselected[i] if i in self._preselected
+                self._preselected[i]
+                if i in self._preselected
                 else self._choose(ev.nodes, ev.target, i)
             )
             by = ev.target.by if ev.target is not None else "list"
@@ -225,14 +226,26 @@ class NetworkState:
                 pick = self._rngs[i].choice(len(live), size=k, replace=False)
                 edges = sorted(live[int(j)] for j in pick)
             self.cut.update(edges)
-            return [GraphChange("gossip_link_cut", r, edges=tuple(edges),
-                                message=f"{len(edges)} link(s) cut")]
+            return [
+                GraphChange(
+                    "gossip_link_cut",
+                    r,
+                    edges=tuple(edges),
+                    message=f"{len(edges)} link(s) cut",
+                )
+            ]
         if isinstance(ev, HealLinks):
             wanted = self.cut if ev.edges is None else {_key(u, v) for u, v in ev.edges}
             edges = sorted(wanted & self.cut)
             self.cut.difference_update(edges)
-            return [GraphChange("gossip_link_healed", r, edges=tuple(edges),
-                                message=f"{len(edges)} link(s) restored")]
+            return [
+                GraphChange(
+                    "gossip_link_healed",
+                    r,
+                    edges=tuple(edges),
+                    message=f"{len(edges)} link(s) restored",
+                )
+            ]
         if isinstance(ev, Partition):
             groups = self._groups(ev)
             side = {v: gi for gi, grp in enumerate(groups) for v in grp}
@@ -240,17 +253,27 @@ class NetworkState:
                 _key(u, v) for u, v in self.base.edges() if side[u] != side[v]
             )
             self.partition_cut.update(edges)
-            return [GraphChange(
-                "gossip_partition", r, edges=tuple(edges),
-                message=f"network split into {len(groups)} groups "
-                        f"({len(edges)} links cut)",
-                details={"groups": groups},
-            )]
+            return [
+                GraphChange(
+                    "gossip_partition",
+                    r,
+                    edges=tuple(edges),
+                    message=f"network split into {len(groups)} groups "
+                    f"({len(edges)} links cut)",
+                    details={"groups": groups},
+                )
+            ]
         if isinstance(ev, Heal):
             edges = sorted(self.partition_cut)
             self.partition_cut.clear()
-            return [GraphChange("gossip_heal", r, edges=tuple(edges),
-                                message=f"partition healed ({len(edges)} links back)")]
+            return [
+                GraphChange(
+                    "gossip_heal",
+                    r,
+                    edges=tuple(edges),
+                    message=f"partition healed ({len(edges)} links back)",
+                )
+            ]
         if isinstance(ev, Rejoin):
             back: set[int] = (
                 set(self.removed) if ev.nodes == "removed" else set(ev.nodes)
@@ -260,8 +283,14 @@ class NetworkState:
             self.alive.update(rejoined)
             for deaths in self._deaths.values():
                 deaths.difference_update(rejoined)  # a new battery
-            return [GraphChange("gossip_node_rejoined", r, tuple(rejoined),
-                                message=f"{len(rejoined)} node(s) rejoined")]
+            return [
+                GraphChange(
+                    "gossip_node_rejoined",
+                    r,
+                    tuple(rejoined),
+                    message=f"{len(rejoined)} node(s) rejoined",
+                )
+            ]
         raise TypeError(f"unknown event {ev!r}")  # pragma: no cover
 
     def _groups(self, ev: Partition) -> list[list[int]]:
@@ -272,5 +301,7 @@ class NetworkState:
         if ev.method == "geometric":
             # Vertical strips of the unit square: a river or a collapsed bridge.
             order.sort(key=lambda v: (self.base.nodes[v]["pos"][0], v))
-        return [sorted(int(v) for v in part)
-                for part in np.array_split(np.array(order), ev.parts)]
+        return [
+            sorted(int(v) for v in part)
+            for part in np.array_split(np.array(order), ev.parts)
+        ]

@@ -261,8 +261,10 @@ class PeerNode:
         self._pool = futures.ThreadPoolExecutor(8, thread_name_prefix=f"peer{self.id}")
         self.server = grpc.server(
             futures.ThreadPoolExecutor(8, thread_name_prefix=f"rpc{self.id}"),
-            options=[*channel_options(config.chunk_bytes + 4 * MiB),
-                     ("grpc.so_reuseport", 0)],
+            options=[
+                *channel_options(config.chunk_bytes + 4 * MiB),
+                ("grpc.so_reuseport", 0),
+            ],
         )
         pb_grpc.add_PeerServicer_to_server(PeerServicer(self), self.server)
         self.port = self.server.add_insecure_port(config.listen)
@@ -301,8 +303,12 @@ class PeerNode:
                 self.run_round(self.round + 1)
             self.finished = self.round >= self.config.rounds
             if self.finished:
-                self.log.info("peer %s finished %d rounds (accuracy %s)", self.id,
-                              self.round, self.accuracy)
+                self.log.info(
+                    "peer %s finished %d rounds (accuracy %s)",
+                    self.id,
+                    self.round,
+                    self.accuracy,
+                )
                 self._stop.wait(self.config.linger_s)
         finally:
             self.stop()
@@ -324,7 +330,8 @@ class PeerNode:
         c = self._clients.get(address)
         if c is None:
             c = PeerClient(
-                address, timeout=self.config.rpc_timeout_s,
+                address,
+                timeout=self.config.rpc_timeout_s,
                 chunk_bytes=self.config.chunk_bytes,
                 max_model_bytes=self.config.max_model_bytes,
             )
@@ -334,17 +341,22 @@ class PeerNode:
     # ================================================================ bootstrap
     def _hello(self, address: str) -> HelloReply | None:
         try:
-            reply = self._client(address).hello(Hello(
-                PeerAddress(self.id, self.address), self.round, self.fingerprint,
-                want_link=True,
-            ))
+            reply = self._client(address).hello(
+                Hello(
+                    PeerAddress(self.id, self.address),
+                    self.round,
+                    self.fingerprint,
+                    want_link=True,
+                )
+            )
         except FedplatError as exc:
             self.log.debug("hello to %s failed: %s", address, exc.reason)
             return None
         peer = reply.responder
         if reply.layout_fingerprint != self.fingerprint:
-            self.log.warning("peer %s at %s has another model layout; ignored",
-                             peer.node_id, address)
+            self.log.warning(
+                "peer %s at %s has another model layout; ignored", peer.node_id, address
+            )
             return None
         for p in reply.known:
             if p.node_id != self.id:
@@ -375,8 +387,9 @@ class PeerNode:
             if not self._pending and all(n.alive for n in self.table.all()):
                 return
             time.sleep(0.05)
-        self.log.warning("bootstrap: %d seed(s) not reachable; starting anyway",
-                         len(self._pending))
+        self.log.warning(
+            "bootstrap: %d seed(s) not reachable; starting anyway", len(self._pending)
+        )
 
     def _catch_up(self) -> None:
         """Start from the live neighbours' average if they are ahead of us."""
@@ -401,20 +414,23 @@ class PeerNode:
             self._phi = x.clone()
             self._published = x.clone()
             self.round = max(rounds)
-        self.log.info("caught up to round %d from %d neighbour(s)", self.round,
-                      len(models))
+        self.log.info(
+            "caught up to round %d from %d neighbour(s)", self.round, len(models)
+        )
 
     def _check_pulled(self, msg: ModelMessage) -> torch.Tensor:
         mismatch = self.layout.describe_mismatch(msg.header.layout)
         if mismatch:
             raise PayloadError(f"wrong model shape: {mismatch}")
-        payload = Payload.from_bytes(msg.data, expected_d=self.dim,
-                                     expected_kinds=("dense",))
+        payload = Payload.from_bytes(
+            msg.data, expected_d=self.dim, expected_kinds=("dense",)
+        )
         return payload.values.to(torch.float32)
 
     # ================================================================ heartbeat
-    def _heard(self, node_id: str, round: int | None = None,
-               degree: int | None = None) -> None:
+    def _heard(
+        self, node_id: str, round: int | None = None, degree: int | None = None
+    ) -> None:
         t = self.table.heard_from(node_id, round, degree)
         if t is not None:
             self.log.info("neighbour %s is alive", node_id)
@@ -433,8 +449,11 @@ class PeerNode:
         last_hello = time.monotonic()
         while not self._stop.wait(self.config.heartbeat_s):
             try:
-                jobs = [self._pool.submit(self._ping, n.node_id, n.address)
-                        for n in self.table.all() if not n.blocked]
+                jobs = [
+                    self._pool.submit(self._ping, n.node_id, n.address)
+                    for n in self.table.all()
+                    if not n.blocked
+                ]
             except RuntimeError:  # the pool shut down: we are stopping
                 return
             futures.wait(jobs, timeout=self.config.heartbeat_s * 2)
@@ -442,8 +461,11 @@ class PeerNode:
                 self._hello_pending()
                 last_hello = time.monotonic()
             for t in self.table.refresh():
-                self.log.warning("neighbour %s is dead (silent for %.1fs)",
-                                 t.node_id, self.config.dead_after_s)
+                self.log.warning(
+                    "neighbour %s is dead (silent for %.1fs)",
+                    t.node_id,
+                    self.config.dead_after_s,
+                )
                 with self._arrived:
                     self._arrived.notify_all()
 
@@ -468,9 +490,12 @@ class PeerNode:
             self.round = r
         if self.network is not None:
             self._apply_scenario(r)
-        self.log.info("round %d done: accuracy %s, %d live neighbour(s)", r,
-                      None if self.accuracy is None else round(self.accuracy, 4),
-                      len(self.table.live()))
+        self.log.info(
+            "round %d done: accuracy %s, %d live neighbour(s)",
+            r,
+            None if self.accuracy is None else round(self.accuracy, 4),
+            len(self.table.live()),
+        )
 
     def _estimate(self) -> torch.Tensor:
         if self.config.rule == "push_sum":
@@ -486,10 +511,15 @@ class PeerNode:
         with self._lock:
             start = self._estimate().clone()
         load_vector(self.model, start, self.layout)
-        train_epochs(self.model, self.train_data, epochs=cfg.epochs,
-                     batch_size=cfg.batch_size, lr=cfg.lr,
-                     seed=(cfg.seed * 1_000_003 + r) * 7919
-                     + zlib.crc32(self.id.encode()) % 7919)
+        train_epochs(
+            self.model,
+            self.train_data,
+            epochs=cfg.epochs,
+            batch_size=cfg.batch_size,
+            lr=cfg.lr,
+            seed=(cfg.seed * 1_000_003 + r) * 7919
+            + zlib.crc32(self.id.encode()) % 7919,
+        )
         trained = flatten(self.model, self.layout)
         with self._lock:
             if cfg.rule == "push_sum":
@@ -506,8 +536,11 @@ class PeerNode:
         for r in range(self._scenario_round + 1, upto + 1):
             self.network.advance(r)
         self._scenario_round = max(self._scenario_round, upto)
-        blocked = {str(v) for v in self.network.base.neighbors(me)
-                   if self.network.blocked(me, v)}
+        blocked = {
+            str(v)
+            for v in self.network.base.neighbors(me)
+            if self.network.blocked(me, v)
+        }
         self.table.set_blocked(blocked)
 
     # ---------------------------------------------------------------- pushing
@@ -521,8 +554,12 @@ class PeerNode:
             else:
                 vec, weight = self.x.clone(), 0.0
         try:
-            jobs = {self._pool.submit(self._push, n.node_id, n.address, r, vec,
-                                      weight, len(live)): n.node_id for n in live}
+            jobs = {
+                self._pool.submit(
+                    self._push, n.node_id, n.address, r, vec, weight, len(live)
+                ): n.node_id
+                for n in live
+            }
         except RuntimeError:  # stopped from another thread mid-round
             return
         for job in futures.as_completed(jobs):
@@ -531,8 +568,15 @@ class PeerNode:
                     self.x = self.x + vec
                     self.push_weight += weight
 
-    def _push(self, node_id: str, address: str, r: int, vec: torch.Tensor,
-              weight: float, degree: int) -> bool:
+    def _push(
+        self,
+        node_id: str,
+        address: str,
+        r: int,
+        vec: torch.Tensor,
+        weight: float,
+        degree: int,
+    ) -> bool:
         enc = self._encoders.get(node_id)
         if enc is None:
             enc = self._encoders[node_id] = LinkEncoder(self._compressor, self.dim)
@@ -540,10 +584,15 @@ class PeerNode:
         for attempt in range(2):
             msg = enc.encode(vec, r, self.config.seed)
             header = ModelHeader(
-                sender_id=self.id, round=r, layout=self.layout,
-                num_examples=self.num_examples, degree=max(1, degree),
-                push_weight=weight, base_version=msg.base_version,
-                version=msg.version, total_bytes=len(msg.data),
+                sender_id=self.id,
+                round=r,
+                layout=self.layout,
+                num_examples=self.num_examples,
+                degree=max(1, degree),
+                push_weight=weight,
+                base_version=msg.base_version,
+                version=msg.version,
+                total_bytes=len(msg.data),
                 sha256=sha256_hex(msg.data),
             )
             try:
@@ -576,8 +625,11 @@ class PeerNode:
         end = time.monotonic() + self.config.round_timeout_s
         with self._arrived:
             while not self._stop.is_set():
-                missing = [n.node_id for n in self.table.live()
-                           if self._round_of(n.node_id) < r]
+                missing = [
+                    n.node_id
+                    for n in self.table.live()
+                    if self._round_of(n.node_id) < r
+                ]
                 left = end - time.monotonic()
                 if not missing or left <= 0:
                     if missing:
@@ -602,8 +654,11 @@ class PeerNode:
                 self._ps_x = torch.zeros(self.dim)
                 self._ps_w = 0.0
                 return
-            used = [e for j, e in sorted(self._inbox.items())
-                    if j in live and e.round >= r - cfg.max_staleness]
+            used = [
+                e
+                for j, e in sorted(self._inbox.items())
+                if j in live and e.round >= r - cfg.max_staleness
+            ]
             if not used:
                 return
             nb = torch.stack([e.x for e in used])
@@ -640,8 +695,9 @@ class PeerNode:
             theta_mean = 0.5 * (self.x + theta_j)
             self.consensus_gap = float((self.x - theta_j).norm())
             if cfg.outer_step:
-                st = mx.noloco_local_step(theta_mean, self._phi, self._momentum,
-                                          cfg.alpha, cfg.beta)
+                st = mx.noloco_local_step(
+                    theta_mean, self._phi, self._momentum, cfg.alpha, cfg.beta
+                )
                 self.x, self._phi, self._momentum = st.theta, st.phi, st.momentum
             else:
                 self.x = theta_mean
@@ -666,13 +722,19 @@ class PeerNode:
         linked = h.want_link and (known or len(self.table) < self.config.max_degree)
         if linked:
             if self.table.add(h.sender.node_id, h.sender.address):
-                self.log.info("linked with %s at %s (incoming)",
-                              h.sender.node_id, h.sender.address)
+                self.log.info(
+                    "linked with %s at %s (incoming)",
+                    h.sender.node_id,
+                    h.sender.address,
+                )
             # A restarted peer starts a new link: forget its old reference.
             self._decoder.forget(h.sender.node_id)
             self._heard(h.sender.node_id, h.round)
         return HelloReply(
-            PeerAddress(self.id, self.address), self.round, self.fingerprint, linked,
+            PeerAddress(self.id, self.address),
+            self.round,
+            self.fingerprint,
+            linked,
             tuple(p for p in self.table.addresses() if p.node_id != h.sender.node_id),
         )
 
@@ -693,11 +755,13 @@ class PeerNode:
             if self.config.rule == "push_sum":
                 self._ps_x = self._ps_x + x_hat
                 self._ps_w += h.push_weight
-                self._ps_round[h.sender_id] = max(self._ps_round.get(h.sender_id, -1),
-                                                  h.round)
+                self._ps_round[h.sender_id] = max(
+                    self._ps_round.get(h.sender_id, -1), h.round
+                )
             else:
-                self._inbox[h.sender_id] = _Inbound(h.round, x_hat, h.num_examples,
-                                                    max(1, h.degree))
+                self._inbox[h.sender_id] = _Inbound(
+                    h.round, x_hat, h.num_examples, max(1, h.degree)
+                )
             self.bytes_received += len(msg.data)
             self._arrived.notify_all()
         self.table.count_bytes(h.sender_id, received=len(msg.data))
@@ -707,8 +771,9 @@ class PeerNode:
     def _validate(self, msg: ModelMessage) -> tuple[torch.Tensor, str]:
         h = msg.header
         if h.sender_id not in self.table:
-            raise UnknownClient(f"{h.sender_id!r} is not a neighbour of "
-                                f"{self.id!r}; say Hello first")
+            raise UnknownClient(
+                f"{h.sender_id!r} is not a neighbour of {self.id!r}; say Hello first"
+            )
         if self.table.is_blocked(h.sender_id):
             raise UnknownClient(f"link {h.sender_id}-{self.id} is cut")
         mismatch = self.layout.describe_mismatch(h.layout)
@@ -717,8 +782,9 @@ class PeerNode:
         if self.config.rule == "push_sum" and not h.push_weight > 0:
             raise InvalidArgument("push-sum message without a positive weight")
         try:
-            x_hat, version = self._decoder.decode(h.sender_id, msg.data,
-                                                  h.base_version, h.version)
+            x_hat, version = self._decoder.decode(
+                h.sender_id, msg.data, h.base_version, h.version
+            )
         except ReferenceMismatch as exc:
             raise StaleUpdate(str(exc)) from None
         except ValueError as exc:  # PayloadError, CompressionError
@@ -741,9 +807,18 @@ class PeerNode:
         with self._lock:
             self.bytes_sent += len(data)
         return ModelMessage(
-            ModelHeader(self.id, r, self.layout, self.num_examples,
-                        max(1, len(self.table.live())), 0.0, "", "pull",
-                        len(data), sha256_hex(data)),
+            ModelHeader(
+                self.id,
+                r,
+                self.layout,
+                self.num_examples,
+                max(1, len(self.table.live())),
+                0.0,
+                "",
+                "pull",
+                len(data),
+                sha256_hex(data),
+            ),
             data,
         )
 
@@ -751,10 +826,15 @@ class PeerNode:
         with self._lock:
             digest = sha256_hex(self.x.numpy().tobytes())
             return PeerStatus(
-                node_id=self.id, round=self.round, finished=self.finished,
-                accuracy=self.accuracy, num_examples=self.num_examples,
-                model_sha256=digest, rejected=self.rejected,
-                last_rejection=self.last_rejection, bytes_sent=self.bytes_sent,
+                node_id=self.id,
+                round=self.round,
+                finished=self.finished,
+                accuracy=self.accuracy,
+                num_examples=self.num_examples,
+                model_sha256=digest,
+                rejected=self.rejected,
+                last_rejection=self.last_rejection,
+                bytes_sent=self.bytes_sent,
                 bytes_received=self.bytes_received,
                 consensus_gap=self.consensus_gap,
                 neighbours=tuple(self.table.views()),
@@ -776,18 +856,30 @@ def peer_from_scenario(
     """
     network = NetworkState(scenario)
     is_relay = (not network.has_data(node)) if relay is None else relay
-    data = load_node_data(scenario.data, network.n, scenario.seed,
-                          {node} if is_relay else set())
+    data = load_node_data(
+        scenario.data, network.n, scenario.seed, {node} if is_relay else set()
+    )
     test = data.test
-    model = build_model(scenario.model, test.input_shape, test.num_classes,
-                        scenario.seed)
+    model = build_model(
+        scenario.model, test.input_shape, test.num_classes, scenario.seed
+    )
     t, m = scenario.training, scenario.mixing
     cfg = PeerConfig(
-        node_id=str(node), listen=listen, seeds=seeds, rounds=scenario.rounds,
-        rule=m.rule, outer_step=m.outer_step, alpha=m.alpha, beta=m.beta,
-        epochs=t.epochs, batch_size=t.batch_size, lr=t.lr,
+        node_id=str(node),
+        listen=listen,
+        seeds=seeds,
+        rounds=scenario.rounds,
+        rule=m.rule,
+        outer_step=m.outer_step,
+        alpha=m.alpha,
+        beta=m.beta,
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        lr=t.lr,
         compressor=scenario.links.compressor,
         compressor_params=dict(scenario.links.params),
-        eval_every=scenario.eval.every, seed=scenario.seed, **overrides,
+        eval_every=scenario.eval.every,
+        seed=scenario.seed,
+        **overrides,
     )
     return PeerNode(cfg, model, data.train[node], test, network)

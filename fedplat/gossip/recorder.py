@@ -56,24 +56,42 @@ class RunStore(Protocol):
     """The part of :class:`fedplat.store.Store` the recorder uses."""
 
     def create_run(
-        self, name: str, config: dict[str, Any], layout: dict[str, Any],
+        self,
+        name: str,
+        config: dict[str, Any],
+        layout: dict[str, Any],
         total_rounds: int,
     ) -> Any: ...
 
     def update_run(
-        self, run_id: str, *, status: str | None = None,
-        current_round: int | None = None, best_accuracy: float | None = None,
-        started_at: datetime | None = None, finished_at: datetime | None = None,
+        self,
+        run_id: str,
+        *,
+        status: str | None = None,
+        current_round: int | None = None,
+        best_accuracy: float | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
     ) -> Any: ...
 
     def add_metrics(
-        self, run_id: str, values: dict[str, float], *,
-        round_number: int | None = None, client_id: str | None = None,
+        self,
+        run_id: str,
+        values: dict[str, float],
+        *,
+        round_number: int | None = None,
+        client_id: str | None = None,
     ) -> None: ...
 
     def add_event(
-        self, run_id: str | None, kind: str, message: str, *, level: str = "info",
-        round_number: int | None = None, client_id: str | None = None,
+        self,
+        run_id: str | None,
+        kind: str,
+        message: str,
+        *,
+        level: str = "info",
+        round_number: int | None = None,
+        client_id: str | None = None,
         details: dict[str, Any] | None = None,
     ) -> None: ...
 
@@ -138,8 +156,9 @@ class GossipRecorder(RoundObserver):
             scenario.rounds,
         )
         self.run_id = str(rec.id)
-        self.store.update_run(self.run_id, status="running",
-                              started_at=datetime.now(UTC))
+        self.store.update_run(
+            self.run_id, status="running", started_at=datetime.now(UTC)
+        )
         return self.run_id
 
     def _id(self) -> str:
@@ -150,7 +169,10 @@ class GossipRecorder(RoundObserver):
     def change(self, ch: GraphChange) -> None:
         """Record one graph change as a ``gossip_*`` event."""
         self.store.add_event(
-            self._id(), ch.kind, ch.message, round_number=ch.round,
+            self._id(),
+            ch.kind,
+            ch.message,
+            round_number=ch.round,
             details=_change_details(ch),
         )
 
@@ -177,8 +199,9 @@ class GossipRecorder(RoundObserver):
             self.store.add_metrics(rid, node, round_number=m.round, client_id=str(v))
         if m.mean_accuracy is not None and m.mean_accuracy > self._best:
             self._best = m.mean_accuracy
-            self.store.update_run(rid, current_round=m.round,
-                                  best_accuracy=m.mean_accuracy)
+            self.store.update_run(
+                rid, current_round=m.round, best_accuracy=m.mean_accuracy
+            )
         else:
             self.store.update_run(rid, current_round=m.round)
 
@@ -188,16 +211,23 @@ class GossipRecorder(RoundObserver):
         """Record bytes per link and close the run."""
         rid = self._id()
         self.store.add_event(
-            rid, "gossip_link_bytes", f"bytes on {len(link_bytes)} links",
-            details={"links": {f"{u}-{v}": int(b)
-                               for (u, v), b in sorted(link_bytes.items())}},
+            rid,
+            "gossip_link_bytes",
+            f"bytes on {len(link_bytes)} links",
+            details={
+                "links": {
+                    f"{u}-{v}": int(b) for (u, v), b in sorted(link_bytes.items())
+                }
+            },
         )
         self.store.update_run(rid, status=status, finished_at=datetime.now(UTC))
 
     # ------------------------------------------------------ simulation hooks
     def on_start(self, sim: GossipSimulation) -> None:
         self.start(
-            sim.scenario, sim.stack.layout.to_dict(), edge_list(sim.network.base),
+            sim.scenario,
+            sim.stack.layout.to_dict(),
+            edge_list(sim.network.base),
             sim.network.relay,
         )
 

@@ -239,8 +239,9 @@ class Scenario(_Strict):
 
     def graph(self) -> nx.Graph:
         """The initial communication graph (nodes ``0 .. n-1``)."""
-        return build_topology(self.topology.kind, seed=self.seed,
-                              **self.topology.params)
+        return build_topology(
+            self.topology.kind, seed=self.seed, **self.topology.params
+        )
 
     def to_config(self) -> dict[str, Any]:
         """JSON-able form (what the store keeps as the run's config)."""
@@ -281,13 +282,14 @@ def _check_against_graph(s: Scenario, g: nx.Graph) -> list[str]:
                 missing = sorted(set(range(n)) - set(flat))
                 if missing:
                     errors.append(
-                        f"{where}: groups must cover every node; missing "
-                        f"{missing[:10]}"
+                        f"{where}: groups must cover every node; missing {missing[:10]}"
                     )
             elif ev.parts is not None and ev.parts > n:
                 errors.append(f"{where}: {ev.parts} parts for {n} nodes")
-            if ev.method == "geometric" and ev.parts is not None and not all(
-                "pos" in g.nodes[v] for v in g.nodes
+            if (
+                ev.method == "geometric"
+                and ev.parts is not None
+                and not all("pos" in g.nodes[v] for v in g.nodes)
             ):
                 errors.append(
                     f"{where}: method geometric needs a random_geometric topology"
@@ -345,5 +347,11 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
 
 #: Event actions, for help texts.
 ACTIONS = (
-    "remove_nodes", "battery", "cut_links", "heal_links", "partition", "heal", "rejoin"
+    "remove_nodes",
+    "battery",
+    "cut_links",
+    "heal_links",
+    "partition",
+    "heal",
+    "rejoin",
 )

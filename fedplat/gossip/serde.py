@@ -65,10 +65,12 @@ def layout_from_proto(msg: pb.Layout) -> Layout:
             f"layout has {len(msg.tensors)} tensors (max {MAX_LAYOUT_TENSORS})"
         )
     try:
-        return Layout(tuple(
-            TensorSpec(t.name, tuple(int(x) for x in t.shape), t.dtype or "float32")
-            for t in msg.tensors
-        ))
+        return Layout(
+            tuple(
+                TensorSpec(t.name, tuple(int(x) for x in t.shape), t.dtype or "float32")
+                for t in msg.tensors
+            )
+        )
     except LayoutError as exc:
         raise InvalidArgument(f"invalid layout: {exc}") from exc
 
@@ -86,22 +88,28 @@ def peer_from_proto(msg: pb.PeerInfo) -> PeerAddress:
 
 def hello_to_proto(h: Hello) -> pb.HelloRequest:
     return pb.HelloRequest(
-        sender=peer_to_proto(h.sender), round=h.round,
-        layout_fingerprint=h.layout_fingerprint, want_link=h.want_link,
+        sender=peer_to_proto(h.sender),
+        round=h.round,
+        layout_fingerprint=h.layout_fingerprint,
+        want_link=h.want_link,
     )
 
 
 def hello_from_proto(msg: pb.HelloRequest) -> Hello:
     return Hello(
-        peer_from_proto(msg.sender), _nonneg(msg.round, "round"),
-        _name(msg.layout_fingerprint, "layout fingerprint"), bool(msg.want_link),
+        peer_from_proto(msg.sender),
+        _nonneg(msg.round, "round"),
+        _name(msg.layout_fingerprint, "layout fingerprint"),
+        bool(msg.want_link),
     )
 
 
 def hello_reply_to_proto(r: HelloReply) -> pb.HelloResponse:
     return pb.HelloResponse(
-        responder=peer_to_proto(r.responder), round=r.round,
-        layout_fingerprint=r.layout_fingerprint, linked=r.linked,
+        responder=peer_to_proto(r.responder),
+        round=r.round,
+        layout_fingerprint=r.layout_fingerprint,
+        linked=r.linked,
         known=[peer_to_proto(p) for p in r.known],
     )
 
@@ -110,8 +118,10 @@ def hello_reply_from_proto(msg: pb.HelloResponse) -> HelloReply:
     if len(msg.known) > MAX_KNOWN_PEERS:
         raise InvalidArgument(f"more than {MAX_KNOWN_PEERS} known peers")
     return HelloReply(
-        peer_from_proto(msg.responder), _nonneg(msg.round, "round"),
-        _name(msg.layout_fingerprint, "layout fingerprint"), bool(msg.linked),
+        peer_from_proto(msg.responder),
+        _nonneg(msg.round, "round"),
+        _name(msg.layout_fingerprint, "layout fingerprint"),
+        bool(msg.linked),
         tuple(peer_from_proto(p) for p in msg.known),
     )
 
@@ -121,8 +131,11 @@ def ping_reply_to_proto(r: PingReply) -> pb.PingResponse:
 
 
 def ping_reply_from_proto(msg: pb.PingResponse) -> PingReply:
-    return PingReply(_name(msg.node_id, "node id"), _nonneg(msg.round, "round"),
-                     _nonneg(msg.degree, "degree"))
+    return PingReply(
+        _name(msg.node_id, "node id"),
+        _nonneg(msg.round, "round"),
+        _nonneg(msg.degree, "degree"),
+    )
 
 
 # ------------------------------------------------------------------ models
@@ -130,17 +143,24 @@ def ping_reply_from_proto(msg: pb.PingResponse) -> PingReply:
 
 def model_header_to_proto(h: ModelHeader) -> pb.ModelHeader:
     return pb.ModelHeader(
-        sender_id=h.sender_id, round=h.round, layout=layout_to_proto(h.layout),
-        num_examples=h.num_examples, degree=h.degree, push_weight=h.push_weight,
-        base_version=h.base_version, version=h.version,
-        total_bytes=h.total_bytes, sha256=h.sha256,
+        sender_id=h.sender_id,
+        round=h.round,
+        layout=layout_to_proto(h.layout),
+        num_examples=h.num_examples,
+        degree=h.degree,
+        push_weight=h.push_weight,
+        base_version=h.base_version,
+        version=h.version,
+        total_bytes=h.total_bytes,
+        sha256=h.sha256,
     )
 
 
 def model_header_from_proto(msg: pb.ModelHeader) -> ModelHeader:
     if not math.isfinite(msg.push_weight) or msg.push_weight < 0:
-        raise InvalidArgument(f"push weight must be finite and >= 0, got "
-                              f"{msg.push_weight}")
+        raise InvalidArgument(
+            f"push weight must be finite and >= 0, got {msg.push_weight}"
+        )
     return ModelHeader(
         sender_id=_name(msg.sender_id, "sender id"),
         round=_nonneg(msg.round, "round"),
@@ -160,7 +180,7 @@ def model_to_chunks(msg: ModelMessage, chunk_bytes: int) -> Iterator[pb.ModelChu
     yield pb.ModelChunk(header=model_header_to_proto(msg.header))
     view = memoryview(msg.data)
     for start in range(0, len(view), chunk_bytes):
-        yield pb.ModelChunk(data=bytes(view[start:start + chunk_bytes]))
+        yield pb.ModelChunk(data=bytes(view[start : start + chunk_bytes]))
 
 
 def model_from_chunks(chunks: Iterable[pb.ModelChunk], max_bytes: int) -> ModelMessage:
@@ -179,8 +199,7 @@ def model_from_chunks(chunks: Iterable[pb.ModelChunk], max_bytes: int) -> ModelM
     header = model_header_from_proto(first.header)
     if header.total_bytes > max_bytes:
         raise InvalidArgument(
-            f"oversize model: {header.total_bytes} bytes declared, limit is "
-            f"{max_bytes}"
+            f"oversize model: {header.total_bytes} bytes declared, limit is {max_bytes}"
         )
     data = read_body(it, header.total_bytes, header.sha256, "model")
     return ModelMessage(header, data)
@@ -199,18 +218,27 @@ def push_reply_from_proto(msg: pb.PushAck) -> PushReply:
 
 def status_to_proto(s: PeerStatus) -> pb.StatusResponse:
     return pb.StatusResponse(
-        node_id=s.node_id, round=s.round, finished=s.finished,
+        node_id=s.node_id,
+        round=s.round,
+        finished=s.finished,
         accuracy=-1.0 if s.accuracy is None else s.accuracy,
-        num_examples=s.num_examples, model_sha256=s.model_sha256,
-        rejected=s.rejected, last_rejection=s.last_rejection,
-        bytes_sent=s.bytes_sent, bytes_received=s.bytes_received,
+        num_examples=s.num_examples,
+        model_sha256=s.model_sha256,
+        rejected=s.rejected,
+        last_rejection=s.last_rejection,
+        bytes_sent=s.bytes_sent,
+        bytes_received=s.bytes_received,
         consensus_gap=-1.0 if s.consensus_gap is None else s.consensus_gap,
         neighbours=[
             pb.NeighbourStatus(
-                node_id=n.node_id, address=n.address, alive=n.alive,
-                blocked=n.blocked, round=n.round,
+                node_id=n.node_id,
+                address=n.address,
+                alive=n.alive,
+                blocked=n.blocked,
+                round=n.round,
                 seconds_since_seen=n.seconds_since_seen,
-                bytes_sent=n.bytes_sent, bytes_received=n.bytes_received,
+                bytes_sent=n.bytes_sent,
+                bytes_received=n.bytes_received,
             )
             for n in s.neighbours
         ],
@@ -219,16 +247,26 @@ def status_to_proto(s: PeerStatus) -> pb.StatusResponse:
 
 def status_from_proto(msg: pb.StatusResponse) -> PeerStatus:
     return PeerStatus(
-        node_id=msg.node_id, round=int(msg.round), finished=bool(msg.finished),
+        node_id=msg.node_id,
+        round=int(msg.round),
+        finished=bool(msg.finished),
         accuracy=None if msg.accuracy < 0 else float(msg.accuracy),
-        num_examples=int(msg.num_examples), model_sha256=msg.model_sha256,
-        rejected=int(msg.rejected), last_rejection=msg.last_rejection,
-        bytes_sent=int(msg.bytes_sent), bytes_received=int(msg.bytes_received),
+        num_examples=int(msg.num_examples),
+        model_sha256=msg.model_sha256,
+        rejected=int(msg.rejected),
+        last_rejection=msg.last_rejection,
+        bytes_sent=int(msg.bytes_sent),
+        bytes_received=int(msg.bytes_received),
         consensus_gap=None if msg.consensus_gap < 0 else float(msg.consensus_gap),
         neighbours=tuple(
             NeighbourView(
-                n.node_id, n.address, bool(n.alive), bool(n.blocked), int(n.round),
-                float(n.seconds_since_seen), int(n.bytes_sent),
+                n.node_id,
+                n.address,
+                bool(n.alive),
+                bool(n.blocked),
+                int(n.round),
+                float(n.seconds_since_seen),
+                int(n.bytes_sent),
                 int(n.bytes_received),
             )
             for n in msg.neighbours

@@ -50,16 +50,24 @@ class PeerServicer(pb_grpc.PeerServicer):
     def Hello(
         self, request: pb.HelloRequest, context: grpc.ServicerContext
     ) -> pb.HelloResponse:
-        return self._guard(context, "Hello", lambda: serde.hello_reply_to_proto(
-            self.node.on_hello(serde.hello_from_proto(request))
-        ))
+        return self._guard(
+            context,
+            "Hello",
+            lambda: serde.hello_reply_to_proto(
+                self.node.on_hello(serde.hello_from_proto(request))
+            ),
+        )
 
     def Ping(
         self, request: pb.PingRequest, context: grpc.ServicerContext
     ) -> pb.PingResponse:
-        return self._guard(context, "Ping", lambda: serde.ping_reply_to_proto(
-            self.node.on_ping(request.sender_id, int(request.round))
-        ))
+        return self._guard(
+            context,
+            "Ping",
+            lambda: serde.ping_reply_to_proto(
+                self.node.on_ping(request.sender_id, int(request.round))
+            ),
+        )
 
     def PushModel(
         self, request_iterator: Iterator[pb.ModelChunk], context: grpc.ServicerContext
@@ -79,12 +87,14 @@ class PeerServicer(pb_grpc.PeerServicer):
     def PullModel(
         self, request: pb.PullRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ModelChunk]:
-        msg = self._guard(context, "PullModel",
-                          lambda: self.node.on_pull(request.sender_id))
+        msg = self._guard(
+            context, "PullModel", lambda: self.node.on_pull(request.sender_id)
+        )
         yield from serde.model_to_chunks(msg, self.node.config.chunk_bytes)
 
     def GetStatus(
         self, request: pb.StatusRequest, context: grpc.ServicerContext
     ) -> pb.StatusResponse:
-        return self._guard(context, "GetStatus",
-                           lambda: serde.status_to_proto(self.node.status()))
+        return self._guard(
+            context, "GetStatus", lambda: serde.status_to_proto(self.node.status())
+        )

@@ -168,7 +168,8 @@ class GossipSimulation:
         self._pair_gen = torch.Generator().manual_seed(scenario.seed)
         links = scenario.links
         self._compressor = (
-            None if links.compressor == "identity"
+            None
+            if links.compressor == "identity"
             else make_compressor(links.compressor, links.params)
         )
         if self._compressor is not None and rule == "noloco":
@@ -192,14 +193,19 @@ class GossipSimulation:
         rule = s.mixing.rule
         start = (
             mx.push_sum_estimate(self.x[idx], self._pushsum_w[idx])
-            if rule == "push_sum" else self.x[idx]
+            if rule == "push_sum"
+            else self.x[idx]
         )
         # Per node and round seeds, so a run repeats exactly.
         seeds = [(s.seed * 1_000_003 + round) * 100_003 + v for v in nodes]
         trained = self.stack.train(
-            start, [self.data.train[v] for v in nodes], seeds,
-            epochs=s.training.epochs, batch_size=s.training.batch_size,
-            lr=s.training.lr, max_steps=s.training.max_steps,
+            start,
+            [self.data.train[v] for v in nodes],
+            seeds,
+            epochs=s.training.epochs,
+            batch_size=s.training.batch_size,
+            lr=s.training.lr,
+            max_steps=s.training.max_steps,
         )
         if rule == "push_sum":
             # SGP (Assran et al. 2019): the local step changes the numerator.
@@ -253,8 +259,10 @@ class GossipSimulation:
             if self.scenario.mixing.outer_step:
                 assert self._phi is not None and self._momentum is not None
                 st = mx.noloco_outer_step(
-                    mx.NoLoCoState(self.x, self._phi, self._momentum), partner,
-                    self.scenario.mixing.alpha, self.scenario.mixing.beta,
+                    mx.NoLoCoState(self.x, self._phi, self._momentum),
+                    partner,
+                    self.scenario.mixing.alpha,
+                    self.scenario.mixing.beta,
                 )
                 self.x, self._phi, self._momentum = st.theta, st.phi, st.momentum
             else:
@@ -323,8 +331,12 @@ class GossipSimulation:
             if r < s.rounds:
                 apply(r)
         result = SimResult(
-            s.name, history, changes, dict(self._link_bytes),
-            time.perf_counter() - t0, self.network.graph(),
+            s.name,
+            history,
+            changes,
+            dict(self._link_bytes),
+            time.perf_counter() - t0,
+            self.network.graph(),
         )
         for obs in self.observers:
             obs.on_finish(result)

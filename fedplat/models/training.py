@@ -104,8 +104,9 @@ def make_optimizer(
             f"momentum and weight_decay must be >= 0, got {momentum}, {weight_decay}"
         )
     if optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
-                               weight_decay=weight_decay)
+        return torch.optim.SGD(
+            model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay
+        )
     if momentum != 0:
         raise ValueError("momentum applies to 'sgd' only; Adam uses its betas")
     return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -176,7 +177,7 @@ def train_epochs(
             for start in range(0, n, batch_size):
                 if max_steps is not None and steps >= max_steps:
                     break
-                idx = perm[start:start + batch_size]
+                idx = perm[start : start + batch_size]
                 xb = data.x[idx].to(device, non_blocking=True)
                 yb = data.y[idx].to(device, non_blocking=True)
                 logits = model(xb)
@@ -192,8 +193,12 @@ def train_epochs(
                 break
     finally:
         model.train(was_training)
-    return TrainResult(num_examples=n, steps=steps,
-                       mean_loss=float(total_loss) / seen, examples_seen=seen)
+    return TrainResult(
+        num_examples=n,
+        steps=steps,
+        mean_loss=float(total_loss) / seen,
+        examples_seen=seen,
+    )
 
 
 def evaluate(model: nn.Module, data: Dataset, batch_size: int = 1024) -> EvalResult:
@@ -227,13 +232,14 @@ def evaluate(model: nn.Module, data: Dataset, batch_size: int = 1024) -> EvalRes
     try:
         with torch.no_grad():
             for start in range(0, n, batch_size):
-                xb = data.x[start:start + batch_size].to(device, non_blocking=True)
-                yb = data.y[start:start + batch_size].to(device, non_blocking=True)
+                xb = data.x[start : start + batch_size].to(device, non_blocking=True)
+                yb = data.y[start : start + batch_size].to(device, non_blocking=True)
                 logits = model(xb)
                 _check_logits(logits, yb.numel(), data.num_classes)
                 total_loss += F.cross_entropy(logits, yb, reduction="sum").double()
                 correct += (logits.argmax(dim=1) == yb).sum()
     finally:
         model.train(was_training)
-    return EvalResult(loss=float(total_loss) / n, accuracy=int(correct) / n,
-                      num_examples=n)
+    return EvalResult(
+        loss=float(total_loss) / n, accuracy=int(correct) / n, num_examples=n
+    )

@@ -247,9 +247,10 @@ def _check_params(factory: ModelFactory, spec: str, params: dict[str, Any]) -> N
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps):
         return
     accepted = {
-        p.name for p in ps
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                      inspect.Parameter.KEYWORD_ONLY)
+        p.name
+        for p in ps
+        if p.kind
+        in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     } - {"input_shape", "num_classes"}
     unknown = sorted(set(params) - accepted)
     if unknown:

@@ -34,7 +34,8 @@ _KINDS = ("rdp", "prv")
 # computes. Subsampled releases keep Opacus's grid (large orders are costly there
 # and never optimal in the regimes we run).
 RDP_ALPHAS: list[float] = (
-    [1 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)]
+    [1 + x / 10.0 for x in range(1, 100)]
+    + [float(a) for a in range(12, 64)]
     + [80.0, 100.0, 128.0, 192.0, 256.0, 384.0, 512.0, 1024.0, 2048.0, 4096.0]
 )
 
@@ -75,8 +76,9 @@ class PrivacyAccountant:
         self.kind: AccountantKind = kind
         self._acc = create_accountant(mechanism=kind)
 
-    def step(self, *, noise_multiplier: float, sample_rate: float,
-             num_steps: int = 1) -> None:
+    def step(
+        self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1
+    ) -> None:
         """Record ``num_steps`` releases with this sigma and sampling rate."""
         if not noise_multiplier > 0.0 or math.isinf(noise_multiplier):
             raise PrivacyError(f"noise_multiplier must be > 0, got {noise_multiplier}")
@@ -93,8 +95,9 @@ class PrivacyAccountant:
         if not self._acc.history:
             return 0.0
         full = all(q == 1.0 for _, q, _ in self._acc.history)
-        return float(self._acc.get_epsilon(delta=delta,
-                                           **_epsilon_kwargs(self.kind, full)))
+        return float(
+            self._acc.get_epsilon(delta=delta, **_epsilon_kwargs(self.kind, full))
+        )
 
     @property
     def steps(self) -> int:
@@ -112,8 +115,10 @@ class PrivacyAccountant:
         if unknown:
             raise PrivacyError(f"unknown accountant state keys {unknown}")
         if state.get("kind") != self.kind:
-            raise PrivacyError(f"state is for a {state.get('kind')!r} accountant, "
-                               f"this is {self.kind!r}")
+            raise PrivacyError(
+                f"state is for a {state.get('kind')!r} accountant, "
+                f"this is {self.kind!r}"
+            )
         history = []
         for entry in state.get("history", []):
             if not isinstance(entry, list | tuple) or len(entry) != 3:
@@ -125,9 +130,15 @@ class PrivacyAccountant:
         self._acc.history = history
 
 
-def noise_multiplier_for(epsilon: float, delta: float, steps: int,
-                         sample_rate: float, *, accountant: AccountantKind = "rdp",
-                         epsilon_tolerance: float = 0.01) -> float:
+def noise_multiplier_for(
+    epsilon: float,
+    delta: float,
+    steps: int,
+    sample_rate: float,
+    *,
+    accountant: AccountantKind = "rdp",
+    epsilon_tolerance: float = 0.01,
+) -> float:
     """Smallest sigma (to ``epsilon_tolerance``) spending at most ``(epsilon, delta)``.
 
     Parameters
@@ -158,9 +169,16 @@ def noise_multiplier_for(epsilon: float, delta: float, steps: int,
     from opacus.accountants.utils import get_noise_multiplier
 
     try:
-        return float(get_noise_multiplier(
-            target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
-            steps=steps, accountant=accountant, epsilon_tolerance=epsilon_tolerance,
-            **_epsilon_kwargs(accountant, sample_rate == 1.0)))
+        return float(
+            get_noise_multiplier(
+                target_epsilon=epsilon,
+                target_delta=delta,
+                sample_rate=sample_rate,
+                steps=steps,
+                accountant=accountant,
+                epsilon_tolerance=epsilon_tolerance,
+                **_epsilon_kwargs(accountant, sample_rate == 1.0),
+            )
+        )
     except ValueError as exc:  # "The privacy budget is too low."
         raise PrivacyError(f"cannot reach epsilon={epsilon}: {exc}") from exc

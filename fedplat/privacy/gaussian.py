@@ -79,20 +79,29 @@ class GaussianMechanism:
             raise PrivacyError(f"clip_norm must be finite and > 0, got {clip}")
         if self.sensitivity_factor not in (1.0, 2.0):
             raise PrivacyError(
-                "sensitivity_factor must be 1 (add/remove) or 2 (replace)")
+                "sensitivity_factor must be 1 (add/remove) or 2 (replace)"
+            )
 
     @classmethod
-    def calibrated(cls, *, epsilon: float, delta: float, steps: int,
-                   sample_rate: float, clip_norm: float,
-                   sensitivity_factor: float = 1.0,
-                   accountant: AccountantKind = "rdp") -> GaussianMechanism:
+    def calibrated(
+        cls,
+        *,
+        epsilon: float,
+        delta: float,
+        steps: int,
+        sample_rate: float,
+        clip_norm: float,
+        sensitivity_factor: float = 1.0,
+        accountant: AccountantKind = "rdp",
+    ) -> GaussianMechanism:
         """The mechanism whose ``steps`` compositions spend ``(epsilon, delta)``.
 
         Sigma comes from :func:`fedplat.privacy.accountant.noise_multiplier_for`
         (the accountant library's own calibration).
         """
-        sigma = noise_multiplier_for(epsilon, delta, steps, sample_rate,
-                                     accountant=accountant)
+        sigma = noise_multiplier_for(
+            epsilon, delta, steps, sample_rate, accountant=accountant
+        )
         return cls(sigma, clip_norm, sensitivity_factor)
 
     @property
@@ -105,27 +114,32 @@ class GaussianMechanism:
         """Standard deviation of each noise coordinate."""
         return self.noise_multiplier * self.sensitivity
 
-    def noise(self, d: int, *, generator: torch.Generator, scale: float = 1.0
-              ) -> torch.Tensor:
+    def noise(
+        self, d: int, *, generator: torch.Generator, scale: float = 1.0
+    ) -> torch.Tensor:
         """Fresh noise ``[d]`` with std ``scale * std``."""
         z = torch.randn(d, generator=generator, dtype=torch.float64)
         return (z * (self.std * scale)).to(torch.float32)
 
-    def add_noise(self, vec: torch.Tensor, *, generator: torch.Generator,
-                  scale: float = 1.0) -> torch.Tensor:
+    def add_noise(
+        self, vec: torch.Tensor, *, generator: torch.Generator, scale: float = 1.0
+    ) -> torch.Tensor:
         """``vec`` ``[d]`` plus noise of std ``scale * std`` (no clipping)."""
         if vec.dim() != 1:
             raise PrivacyError(f"expected a flat [d] tensor, got {tuple(vec.shape)}")
         return vec.detach().to(torch.float32) + self.noise(
-            vec.numel(), generator=generator, scale=scale)
+            vec.numel(), generator=generator, scale=scale
+        )
 
-    def privatize(self, vec: torch.Tensor, *, generator: torch.Generator
-                  ) -> torch.Tensor:
+    def privatize(
+        self, vec: torch.Tensor, *, generator: torch.Generator
+    ) -> torch.Tensor:
         """Clip ``vec`` ``[d]`` to ``clip_norm``, then add noise: one DP release."""
         return self.add_noise(clip_l2(vec, self.clip_norm).vector, generator=generator)
 
-    def noise_for_mean(self, mean: torch.Tensor, num_clients: int, *,
-                       generator: torch.Generator) -> torch.Tensor:
+    def noise_for_mean(
+        self, mean: torch.Tensor, num_clients: int, *, generator: torch.Generator
+    ) -> torch.Tensor:
         """Central DP on an unweighted mean of ``num_clients`` clipped updates.
 
         Noise of std ``std`` on the sum equals noise of std ``std / n`` on the

@@ -11,8 +11,9 @@ from fedplat.privacy.gaussian import GaussianMechanism
 __all__ = ["privatize_payload"]
 
 
-def privatize_payload(payload: Payload, mechanism: GaussianMechanism, *,
-                      generator: torch.Generator) -> Payload:
+def privatize_payload(
+    payload: Payload, mechanism: GaussianMechanism, *, generator: torch.Generator
+) -> Payload:
     """Clip the payload's values to ``clip_norm`` and add Gaussian noise.
 
     Only dense and sketch payloads: every coordinate of the released vector is
@@ -34,7 +35,9 @@ def privatize_payload(payload: Payload, mechanism: GaussianMechanism, *,
         Same kind and spec, float32 noised values.
     """
     if payload.kind == "sparse":
-        raise PrivacyError("local DP needs a dense or sketch payload: a sparse "
-                           "payload's indices would be released without noise")
+        raise PrivacyError(
+            "local DP needs a dense or sketch payload: a sparse "
+            "payload's indices would be released without noise"
+        )
     noised = mechanism.privatize(payload.values.to(torch.float32), generator=generator)
     return payload.with_values(noised)

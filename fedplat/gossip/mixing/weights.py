@@ -173,8 +173,10 @@ def metropolis_hastings_row(
 def data_weighted_row(own_size: float, neighbour_sizes: torch.Tensor) -> torch.Tensor:
     """Row ``i`` of :func:`data_weighted`: ``[k + 1]`` weights, entry 0 for self."""
     s = torch.cat(
-        [torch.tensor([float(own_size)], dtype=torch.float64),
-         neighbour_sizes.to(torch.float64).reshape(-1)]
+        [
+            torch.tensor([float(own_size)], dtype=torch.float64),
+            neighbour_sizes.to(torch.float64).reshape(-1),
+        ]
     )
     if bool((s < 0).any()) or not bool(torch.isfinite(s).all()):
         raise ValueError("sizes must be finite and non-negative")
