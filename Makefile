@@ -1,6 +1,7 @@
 # fedplat: two commands on a fresh Debian (bookworm) machine with Python 3.11.
 #   make demo   installs everything, then runs the Fashion-MNIST demo
-#   make test   installs everything, then runs lint, types and the test suite
+#   make test   installs everything, then runs lint, types and the whole test suite
+#   make test-fast  the same without the integration tests (real processes, browsers)
 # System packages need root: run as root, or have sudo (SUDO is picked automatically).
 
 PYTHON ?= python3.11
@@ -10,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := dataset-fashion-mnist postgresql chromium podman buildah runc debootstrap g++
 EXTRAS ?= dev,postgres,ui
 
-.PHONY: setup system-deps venv demo test lint proto clean
+.PHONY: setup system-deps venv demo test test-fast lint proto clean
 
 setup: system-deps venv
 
@@ -35,8 +36,12 @@ demo: setup
 test: setup
 	bash scripts/run_tests.sh
 
+test-fast: setup
+	bash scripts/run_tests.sh -m 'not integration and not slow'
+
 lint:
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	PATH=$(VENV)/bin:$$PATH bash scripts/typecheck.sh
 
 proto:

@@ -20,6 +20,6 @@ if [ -z "${FEDPLAT_TEST_PG_URL:-}" ] && ls /usr/lib/postgresql/*/bin/initdb >/de
   export FEDPLAT_TEST_PG_URL
 fi
 
-echo "== ruff"; ruff check .
+echo "== ruff"; ruff check .; ruff format --check .
 echo "== mypy"; bash scripts/typecheck.sh
 echo "== pytest"; python -m pytest "$@"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 DOCKER = REPO / "docker"
 DOCKERFILES = [DOCKER / "Dockerfile.coordinator", DOCKER / "Dockerfile.monitor"]
 

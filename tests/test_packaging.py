@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 MAPPED = {
     "server": "fedplat.server",
     "client": "fedplat.client",

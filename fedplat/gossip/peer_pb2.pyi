@@ -15,20 +15,13 @@ class TensorSpec(_message.Message):
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: str
-    def __init__(
-        self,
-        name: _Optional[str] = ...,
-        shape: _Optional[_Iterable[int]] = ...,
-        dtype: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class Layout(_message.Message):
     __slots__ = ("tensors",)
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(
-        self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...
-    ) -> None: ...
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class PeerInfo(_message.Message):
     __slots__ = ("node_id", "address")
@@ -36,9 +29,7 @@ class PeerInfo(_message.Message):
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
-    def __init__(
-        self, node_id: _Optional[str] = ..., address: _Optional[str] = ...
-    ) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
     __slots__ = ("sender", "round", "layout_fingerprint", "want_link")
@@ -50,13 +41,7 @@ class HelloRequest(_message.Message):
     round: int
     layout_fingerprint: str
     want_link: bool
-    def __init__(
-        self,
-        sender: _Optional[_Union[PeerInfo, _Mapping]] = ...,
-        round: _Optional[int] = ...,
-        layout_fingerprint: _Optional[str] = ...,
-        want_link: _Optional[bool] = ...,
-    ) -> None: ...
+    def __init__(self, sender: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., want_link: _Optional[bool] = ...) -> None: ...
 
 class HelloResponse(_message.Message):
     __slots__ = ("responder", "round", "layout_fingerprint", "linked", "known")
@@ -70,14 +55,7 @@ class HelloResponse(_message.Message):
     layout_fingerprint: str
     linked: bool
     known: _containers.RepeatedCompositeFieldContainer[PeerInfo]
-    def __init__(
-        self,
-        responder: _Optional[_Union[PeerInfo, _Mapping]] = ...,
-        round: _Optional[int] = ...,
-        layout_fingerprint: _Optional[str] = ...,
-        linked: _Optional[bool] = ...,
-        known: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, responder: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., linked: _Optional[bool] = ..., known: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ("sender_id", "round")
@@ -85,9 +63,7 @@ class PingRequest(_message.Message):
     ROUND_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     round: int
-    def __init__(
-        self, sender_id: _Optional[str] = ..., round: _Optional[int] = ...
-    ) -> None: ...
+    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class PingResponse(_message.Message):
     __slots__ = ("node_id", "round", "degree")
@@ -97,26 +73,10 @@ class PingResponse(_message.Message):
     node_id: str
     round: int
     degree: int
-    def __init__(
-        self,
-        node_id: _Optional[str] = ...,
-        round: _Optional[int] = ...,
-        degree: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., degree: _Optional[int] = ...) -> None: ...
 
 class ModelHeader(_message.Message):
-    __slots__ = (
-        "sender_id",
-        "round",
-        "layout",
-        "num_examples",
-        "degree",
-        "push_weight",
-        "base_version",
-        "version",
-        "total_bytes",
-        "sha256",
-    )
+    __slots__ = ("sender_id", "round", "layout", "num_examples", "degree", "push_weight", "base_version", "version", "total_bytes", "sha256")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
@@ -137,19 +97,7 @@ class ModelHeader(_message.Message):
     version: str
     total_bytes: int
     sha256: str
-    def __init__(
-        self,
-        sender_id: _Optional[str] = ...,
-        round: _Optional[int] = ...,
-        layout: _Optional[_Union[Layout, _Mapping]] = ...,
-        num_examples: _Optional[int] = ...,
-        degree: _Optional[int] = ...,
-        push_weight: _Optional[float] = ...,
-        base_version: _Optional[str] = ...,
-        version: _Optional[str] = ...,
-        total_bytes: _Optional[int] = ...,
-        sha256: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., num_examples: _Optional[int] = ..., degree: _Optional[int] = ..., push_weight: _Optional[float] = ..., base_version: _Optional[str] = ..., version: _Optional[str] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class ModelChunk(_message.Message):
     __slots__ = ("header", "data")
@@ -157,11 +105,7 @@ class ModelChunk(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     header: ModelHeader
     data: bytes
-    def __init__(
-        self,
-        header: _Optional[_Union[ModelHeader, _Mapping]] = ...,
-        data: _Optional[bytes] = ...,
-    ) -> None: ...
+    def __init__(self, header: _Optional[_Union[ModelHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class PushAck(_message.Message):
     __slots__ = ("accepted", "reason", "round")
@@ -171,12 +115,7 @@ class PushAck(_message.Message):
     accepted: bool
     reason: str
     round: int
-    def __init__(
-        self,
-        accepted: _Optional[bool] = ...,
-        reason: _Optional[str] = ...,
-        round: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("sender_id",)
@@ -189,16 +128,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NeighbourStatus(_message.Message):
-    __slots__ = (
-        "node_id",
-        "address",
-        "alive",
-        "blocked",
-        "round",
-        "seconds_since_seen",
-        "bytes_sent",
-        "bytes_received",
-    )
+    __slots__ = ("node_id", "address", "alive", "blocked", "round", "seconds_since_seen", "bytes_sent", "bytes_received")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
@@ -215,33 +145,10 @@ class NeighbourStatus(_message.Message):
     seconds_since_seen: float
     bytes_sent: int
     bytes_received: int
-    def __init__(
-        self,
-        node_id: _Optional[str] = ...,
-        address: _Optional[str] = ...,
-        alive: _Optional[bool] = ...,
-        blocked: _Optional[bool] = ...,
-        round: _Optional[int] = ...,
-        seconds_since_seen: _Optional[float] = ...,
-        bytes_sent: _Optional[int] = ...,
-        bytes_received: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., blocked: _Optional[bool] = ..., round: _Optional[int] = ..., seconds_since_seen: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = (
-        "node_id",
-        "round",
-        "finished",
-        "accuracy",
-        "num_examples",
-        "model_sha256",
-        "rejected",
-        "last_rejection",
-        "neighbours",
-        "bytes_sent",
-        "bytes_received",
-        "consensus_gap",
-    )
+    __slots__ = ("node_id", "round", "finished", "accuracy", "num_examples", "model_sha256", "rejected", "last_rejection", "neighbours", "bytes_sent", "bytes_received", "consensus_gap")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
@@ -266,18 +173,4 @@ class StatusResponse(_message.Message):
     bytes_sent: int
     bytes_received: int
     consensus_gap: float
-    def __init__(
-        self,
-        node_id: _Optional[str] = ...,
-        round: _Optional[int] = ...,
-        finished: _Optional[bool] = ...,
-        accuracy: _Optional[float] = ...,
-        num_examples: _Optional[int] = ...,
-        model_sha256: _Optional[str] = ...,
-        rejected: _Optional[int] = ...,
-        last_rejection: _Optional[str] = ...,
-        neighbours: _Optional[_Iterable[_Union[NeighbourStatus, _Mapping]]] = ...,
-        bytes_sent: _Optional[int] = ...,
-        bytes_received: _Optional[int] = ...,
-        consensus_gap: _Optional[float] = ...,
-    ) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., finished: _Optional[bool] = ..., accuracy: _Optional[float] = ..., num_examples: _Optional[int] = ..., model_sha256: _Optional[str] = ..., rejected: _Optional[int] = ..., last_rejection: _Optional[str] = ..., neighbours: _Optional[_Iterable[_Union[NeighbourStatus, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., consensus_gap: _Optional[float] = ...) -> None: ...

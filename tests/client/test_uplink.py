@@ -1,0 +1,194 @@
+"""Compression and privacy through the real round engine (in-memory transport)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fedplat.client import Client
+from fedplat.server.config import ConfigError, parse_config
+
+from fedplat.sim import simulate
+from fedplat.store import Store
+from tests.support import digits_client, run_config
+
+
+def _build(state_root: Path | None = None) -> Any:
+    def build(i: int, factory: Any) -> Client:
+        state_dir = None if state_root is None else state_root / f"c{i}"
+        client: Client = digits_client(i, factory, 4, state_dir=state_dir)
+        return client
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("compression", "min_ratio"),
+    [
+        ({"name": "topk", "params": {"ratio": 0.05}}, 5.0),
+        (
+            {"name": "dgc", "params": {"ratio": 0.01}},
+            1.5,
+        ),  # warm-up: 75% .. 99.6% sparse
+        ({"name": "countsketch", "params": {"rows": 1, "cols": 1000}}, 3.0),
+        ({"name": "fp16", "params": {"inner": "identity"}}, 1.9),
+    ],
+)
+def test_compressed_runs_learn_and_store_bytes(
+    tmp_path: Path, compression: dict, min_ratio: float
+) -> None:
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=4,
+            clients=4,
+            compression=compression,
+            client_training={"epochs": 2, "lr": 0.1},
+        )
+    )
+    res = simulate(cfg, _build(tmp_path / "state"), 4)
+    assert all(r.completed for r in res.rounds)
+    store = Store(cfg.store.url, migrate=False)
+    ratios = [m.value for m in store.list_metrics(res.run_id, "compression.ratio")]
+    assert len(ratios) == 4 and min(ratios) >= min_ratio, ratios
+    parts = store.list_participations(res.run_id, 4)
+    dense = 4 * 4810  # float32 bytes of the 64-hidden MLP on 8x8 digits
+    assert all(0 < p.bytes_up < dense for p in parts)
+    acc = [r.accuracy for r in res.rounds]
+    assert acc[-1] > 0.3, acc  # learning happens through the compressed channel
+    if compression["name"] in ("topk", "dgc"):  # error feedback persisted per client
+        assert list((tmp_path / "state" / "c0").glob("compressor-*.safetensors"))
+
+
+def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=3,
+            clients=4,
+            aggregator={"name": "fedavg", "weighted": False},
+            privacy={
+                "mode": "central",
+                "epsilon": 8.0,
+                "delta": 1e-5,
+                "clip_norm": 1.0,
+            },
+        )
+    )
+    res = simulate(cfg, _build(), 4)
+    store = Store(cfg.store.url, migrate=False)
+    eps = [m.value for m in store.list_metrics(res.run_id, "privacy.epsilon")]
+    assert len(eps) == 3 and eps == sorted(eps) and 0 < eps[-1] <= 8.0 + 1e-6
+    # Calibrated for all rounds: the last round spends (almost exactly) the budget.
+    assert eps[-1] > 7.5
+    # Honest clients clip before sending, so the coordinator had nothing to clip.
+    flags = [p.flags for p in store.list_participations(res.run_id, 1)]
+    assert not any("dp-clipped" in f["flags"] for f in flags)
+
+
+def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
+    from fedplat.server.uplink import UplinkPlan
+
+    from fedplat.vectors import Layout, TensorSpec
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            aggregator={"name": "fedavg", "weighted": False},
+            privacy={"mode": "central", "noise_multiplier": 1.0, "clip_norm": 1.0},
+        )
+    )
+    plan = UplinkPlan(cfg, Layout((TensorSpec("w", (2,)),)))
+    rows, clipped = plan.clip_for_central(torch.tensor([[3.0, 4.0], [0.3, 0.4]]))
+    assert clipped == [True, False]
+    assert torch.allclose(rows, torch.tensor([[0.6, 0.8], [0.3, 0.4]]))
+    assert plan.task_config()["privacy"]["noise_multiplier"] == 1.0
+
+
+def test_local_dp_on_sketch(tmp_path: Path) -> None:
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=2,
+            clients=4,
+            compression={"name": "countsketch", "params": {"rows": 1, "cols": 2000}},
+            privacy={"mode": "local", "noise_multiplier": 0.5, "clip_norm": 1.0},
+        )
+    )
+    res = simulate(cfg, _build(), 4)
+    store = Store(cfg.store.url, migrate=False)
+    eps = [m.value for m in store.list_metrics(res.run_id, "privacy.epsilon")]
+    sig = [m.value for m in store.list_metrics(res.run_id, "privacy.noise_multiplier")]
+    assert len(eps) == 2 and eps[1] > eps[0] > 0 and sig == [0.5, 0.5]
+
+
+def test_central_dp_requires_unweighted_fedavg(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unweighted mean"):
+        parse_config(run_config(tmp_path, privacy={"mode": "central", "epsilon": 1.0}))
+    with pytest.raises(ConfigError, match="epsilon"):
+        parse_config(run_config(tmp_path, privacy={"mode": "local"}))
+
+
+def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
+    from fedplat.server.engine import RoundEngine
+
+    from fedplat.compression import CountSketch
+    from fedplat.transport.errors import InvalidArgument
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=1,
+            clients=2,
+            compression={"name": "countsketch", "params": {"rows": 1, "cols": 100}},
+        )
+    )
+    engine = RoundEngine(cfg, Store(cfg.store.url))
+    forged = (
+        CountSketch(rows=1, cols=100)
+        .encode(torch.ones(engine.layout.numel), round=1, seed=12345)
+        .to_bytes()
+    )
+    with pytest.raises(InvalidArgument, match="bad compressed payload"):
+        engine.uplink.decode(forged, 1)
+
+
+def test_local_dp_counts_the_releases_of_a_failed_round(tmp_path: Path) -> None:
+    """Under local DP an upload is a noised release even if its round then fails
+    (here: quorum not reached), so the accountant must count that round."""
+    from fedplat.server.engine import RoundEngine
+
+    from fedplat.sim import VirtualClock
+    from fedplat.transport.inmemory import InMemoryConnection
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=1,
+            clients=2,
+            compression={"name": "countsketch", "params": {"rows": 1, "cols": 500}},
+            privacy={"mode": "local", "noise_multiplier": 1.0, "clip_norm": 1.0},
+        )
+    )
+    store = Store(cfg.store.url)
+    engine = RoundEngine(cfg, store, clock=VirtualClock())
+    build = _build()
+    a, b = (build(i, lambda: InMemoryConnection(engine)) for i in range(2))
+    for c in (a, b):
+        c.step(0)  # enrol
+    engine.open_round()
+    a.step(0)  # only a uploads
+    failed = engine.close_round()
+    assert not failed.completed and "quorum" in (failed.reason or "")
+    eps = [m.value for m in store.list_metrics(engine.run_id, "privacy.epsilon")]
+    assert len(eps) == 1 and eps[0] > 0
+    engine.open_round()  # second attempt of round 1
+    for c in (a, b):
+        c.step(0)
+    done = engine.close_round()
+    assert done.completed
+    eps = [m.value for m in store.list_metrics(engine.run_id, "privacy.epsilon")]
+    # Two releases accounted: more than one round's worth.
+    assert len(eps) == 2 and eps[1] > eps[0]

@@ -1,0 +1,380 @@
+"""Peer protocol and peer node in one process: validation, exchange, bootstrap."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedplat.compression import Payload, create_compressor, dense_payload
+from fedplat.gossip import peer_pb2 as pb
+from fedplat.gossip import serde
+from fedplat.gossip.client import PeerClient
+from fedplat.gossip.links import LinkDecoder, LinkEncoder, ReferenceMismatch
+from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddress
+from fedplat.gossip.neighbours import NeighbourTable
+from fedplat.gossip.node import PeerConfig, PeerNode
+from fedplat.gossip.scenario import DataSpec, ModelSpec
+from fedplat.gossip.setup import NodeData, build_model, load_node_data
+from fedplat.transport.errors import InvalidArgument, StaleUpdate, UnknownClient
+from fedplat.vectors import Layout, TensorSpec, flatten
+from tests.support import REPO, free_port, wait_for
+
+MODEL = ModelSpec(name="mlp", params={"hidden": [16]})
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data() -> NodeData:
+    return load_node_data(DataSpec(dataset="digits"), 4, 0)
+
+
+def _node(
+    data: NodeData, i: int, port: int, seeds: tuple[str, ...] = (), **over: Any
+) -> PeerNode:
+    cfg: dict[str, Any] = {
+        "node_id": str(i),
+        "listen": f"127.0.0.1:{port}",
+        "seeds": seeds,
+        "rounds": 5,
+        "lr": 0.1,
+        "batch_size": 16,
+        "heartbeat_s": 0.2,
+        "dead_after_s": 1.5,
+        "round_timeout_s": 5.0,
+        "linger_s": 0.5,
+        "bootstrap_timeout_s": 20.0,
+    }
+    cfg.update(over)
+    model = build_model(MODEL, (1, 8, 8), 10, 0)
+    return PeerNode(PeerConfig(**cfg), model, data.train[i], data.test)
+
+
+def _ring(data: NodeData, n: int, **over: Any) -> list[PeerNode]:
+    ports = [free_port() for _ in range(n)]
+    return [
+        _node(
+            data,
+            i,
+            ports[i],
+            tuple(f"{j}@127.0.0.1:{ports[j]}" for j in ((i - 1) % n, (i + 1) % n)),
+            **over,
+        )
+        for i in range(n)
+    ]
+
+
+def _run_all(nodes: list[PeerNode], timeout: float = 60) -> None:
+    threads = [threading.Thread(target=nd.run, daemon=True) for nd in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a peer did not finish"
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_serde_round_trips_and_refuses_bad_streams() -> None:
+    layout = Layout((TensorSpec("w", (2, 3)),))
+    data = b"x" * 10
+    h = ModelHeader(
+        "a",
+        3,
+        layout,
+        7,
+        2,
+        0.5,
+        "e:1",
+        "e:2",
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+    )
+    msg = ModelMessage(h, data)
+    back = serde.model_from_chunks(list(serde.model_to_chunks(msg, 4)), 100)
+    assert back == msg
+    with pytest.raises(InvalidArgument, match="oversize"):
+        serde.model_from_chunks(serde.model_to_chunks(msg, 4), 9)
+    chunks = list(serde.model_to_chunks(msg, 4))
+    with pytest.raises(InvalidArgument, match="truncated"):
+        serde.model_from_chunks(chunks[:-1], 100)
+    with pytest.raises(InvalidArgument, match="start with a header"):
+        serde.model_from_chunks(chunks[1:], 100)
+    with pytest.raises(InvalidArgument, match="second header"):
+        serde.model_from_chunks([chunks[0], chunks[0]], 100)
+    bad = pb.ModelChunk(header=serde.model_header_to_proto(h))
+    bad.header.push_weight = float("nan")
+    with pytest.raises(InvalidArgument, match="push weight"):
+        serde.model_from_chunks([bad], 100)
+    hello = Hello(PeerAddress("a", "127.0.0.1:1"), 2, "f" * 64)
+    assert serde.hello_from_proto(serde.hello_to_proto(hello)) == hello
+
+
+def test_neighbour_table_detects_silence() -> None:
+    now = [0.0]
+    t = NeighbourTable(dead_after=2.0, clock=lambda: now[0])
+    t.add("a", "h:1")
+    t.add("b", "h:2")
+    assert t.live() == []  # nobody heard from yet
+    assert t.heard_from("a", round=3).state == "alive"  # type: ignore[union-attr]
+    assert t.heard_from("a") is None  # no transition while alive
+    now[0] = 1.5
+    t.heard_from("b")
+    assert [n.node_id for n in t.live()] == ["a", "b"]
+    now[0] = 2.6  # a silent for 2.6 s, b for 1.1 s
+    assert [(x.node_id, x.state) for x in t.refresh()] == [("a", "dead")]
+    assert [n.node_id for n in t.live()] == ["b"]
+    t.set_blocked({"b"})
+    assert t.live() == [] and t.is_blocked("b")
+    assert t.heard_from("a").state == "alive"  # type: ignore[union-attr]
+    assert t.get("a").round == 3  # type: ignore[union-attr]
+
+
+def test_link_codec_tracks_the_model_and_recovers_from_lost_references() -> None:
+    comp = create_compressor("topk", ratio=0.25, error_feedback=False)
+    enc, dec = LinkEncoder(comp, 8), LinkDecoder(comp, 8)
+    x = torch.arange(8, dtype=torch.float32)
+    for r in range(6):  # CHOCO: the public copy converges to a fixed model
+        msg = enc.encode(x, r)
+        x_hat, ver = dec.decode("s", msg.data, msg.base_version, msg.version)
+        dec.commit("s", x_hat, ver)
+        enc.commit(msg)
+        torch.testing.assert_close(x_hat, enc.ref)
+    torch.testing.assert_close(enc.ref, x)
+    dec.forget("s")  # the receiver restarted
+    msg = enc.encode(x + 1, 7)
+    with pytest.raises(ReferenceMismatch):
+        dec.decode("s", msg.data, msg.base_version, msg.version)
+    enc.reset()
+    msg = enc.encode(x + 1, 7)
+    assert msg.base_version == ""
+    x_hat, _ = dec.decode("s", msg.data, msg.base_version, msg.version)
+    assert x_hat.count_nonzero() == 2  # top-25% of a fresh full model
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _evil_message(
+    node: PeerNode,
+    vec: torch.Tensor | None = None,
+    *,
+    layout: Layout | None = None,
+    data: bytes | None = None,
+    total: int | None = None,
+    sha: str | None = None,
+    sender: str = "evil",
+) -> list[pb.ModelChunk]:
+    if data is None:
+        v = vec if vec is not None else torch.zeros(node.dim)
+        data = dense_payload(v).to_bytes()
+    h = ModelHeader(
+        sender,
+        1,
+        layout or node.layout,
+        10,
+        1,
+        0.0,
+        "",
+        "evil:1",
+        len(data) if total is None else total,
+        sha or hashlib.sha256(data).hexdigest(),
+    )
+    return list(serde.model_to_chunks(ModelMessage(h, data), 64 * 1024))
+
+
+def test_bad_models_are_rejected_with_a_reason_and_the_peer_keeps_its_model(
+    data: NodeData,
+) -> None:
+    node = _node(data, 0, free_port(), max_model_bytes=1_000_000)
+    node.start()
+    try:
+        before = node.status().model_sha256
+        with PeerClient(node.address) as evil:
+            # An unknown sender is refused before anything is read.
+            with pytest.raises(UnknownClient, match="not a neighbour"):
+                evil.push_chunks(_evil_message(node))
+            reply = evil.hello(
+                Hello(PeerAddress("evil", "127.0.0.1:1"), 0, node.fingerprint)
+            )
+            assert reply.linked
+            nan = torch.zeros(node.dim)
+            nan[5] = float("nan")
+            wrong = Layout(
+                (TensorSpec("net.1.weight", (16, 65)), *node.layout.specs[1:])
+            )
+            cases = [
+                ([pb.ModelChunk(data=b"\x00" * 10)], "must start with a header"),
+                (_evil_message(node, data=b"garbage" * 20), "bad magic"),
+                (
+                    _evil_message(node, layout=wrong),
+                    "wrong model shape: tensor 'net.1.weight' has shape \\[16, 65\\]",
+                ),
+                (_evil_message(node, nan), "non-finite"),
+                (_evil_message(node, torch.zeros(node.dim + 3)), "declared dimension"),
+                (_evil_message(node, data=b"x" * 2_000_000), "oversize model"),
+                (_evil_message(node, total=10**12), "oversize model"),
+                (_evil_message(node, sha="0" * 64), "checksum mismatch"),
+                ([*_evil_message(node)[:-1], pb.ModelChunk(data=b"")], "truncated"),
+            ]
+            for chunks, reason in cases:
+                with pytest.raises(InvalidArgument, match=reason):
+                    evil.push_chunks(chunks)
+            # A delta against a reference the peer never had.
+            stale = _evil_message(node)
+            stale[0].header.base_version = "other:7"
+            with pytest.raises(StaleUpdate, match="unknown here"):
+                evil.push_chunks(stale)
+            st = evil.status()
+        assert st.rejected == len(cases) + 2
+        assert "unknown here" in st.last_rejection
+        assert st.model_sha256 == before
+        assert "evil" not in node._inbox
+        # A well-formed model from the same sender is accepted afterwards.
+        with PeerClient(node.address) as ok:
+            ok.push_chunks(_evil_message(node, torch.ones(node.dim)))
+        torch.testing.assert_close(node._inbox["evil"].x, torch.ones(node.dim))
+        assert node.status().model_sha256 == before  # mixing happens in rounds
+    finally:
+        node.stop()
+
+
+# ------------------------------------------------------------------ rounds
+
+
+def test_ring_of_peers_learns(data: NodeData) -> None:
+    nodes = _ring(data, 4, rounds=6)
+    _run_all(nodes)
+    accs = [nd.accuracy for nd in nodes]
+    assert all(a is not None and a > 0.75 for a in accs), accs
+    assert all(nd.round == 6 and nd.finished for nd in nodes)
+    assert all(nd.bytes_sent > 0 and nd.rejected == 0 for nd in nodes)
+    # Neighbours mixed: models are close to each other compared with their size.
+    xs = torch.stack([nd.x for nd in nodes])
+    spread = float((xs - xs.mean(0)).norm(dim=1).max())
+    assert spread < 0.2 * float(xs.norm(dim=1).min())
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"rule": "push_sum"},
+        {"rule": "noloco", "outer_step": True},
+        {"rule": "decavg", "compressor": "topk", "compressor_params": {"ratio": 0.2}},
+    ],
+)
+def test_other_rules_and_compressed_links(data: NodeData, over: dict[str, Any]) -> None:
+    nodes = _ring(data, 3, rounds=5, **over)
+    _run_all(nodes)
+    accs = [nd.accuracy for nd in nodes]
+    assert all(a is not None and a > 0.5 for a in accs), accs
+    if over["rule"] == "push_sum":
+        # Mass is conserved when no message was lost.
+        assert sum(nd.push_weight for nd in nodes) == pytest.approx(3.0)
+    if "compressor" in over:
+        dense = 4 * nodes[0].dim
+        assert all(nd.bytes_sent < 0.6 * dense * 2 * 5 for nd in nodes)
+
+
+def test_emergent_topology_from_one_seed(data: NodeData) -> None:
+    port0 = free_port()
+    hub = _node(data, 0, port0)
+    hub.start()
+    others = [
+        _node(data, i, free_port(), (f"127.0.0.1:{port0}",), target_degree=2)
+        for i in (1, 2, 3)
+    ]
+    try:
+        for nd in others:  # one after another: later ones learn earlier ones
+            nd.start()
+            time.sleep(0.2)
+        wait_for(
+            lambda: all(len(nd.table) >= 2 for nd in others),
+            15,
+            "peers to find a second neighbour through the seed",
+        )
+        assert len(hub.table) == 3
+        assert all("0" in nd.table for nd in others)
+    finally:
+        for nd in [hub, *others]:
+            nd.stop()
+
+
+@pytest.mark.integration
+def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
+    data: NodeData,
+) -> None:
+    ports = [free_port() for _ in range(3)]
+
+    def make(i: int, **over: Any) -> PeerNode:
+        seeds = tuple(f"{j}@127.0.0.1:{ports[j]}" for j in range(3) if j != i)
+        return _node(data, i, ports[i], seeds, rounds=60, min_round_s=0.05, **over)
+
+    a, b, c = make(0), make(1), make(2)
+    threads = [threading.Thread(target=nd.run, daemon=True) for nd in (a, b, c)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: a.round >= 3, 30, "three rounds")
+    c.stop()  # dies without a goodbye
+    wait_for(
+        lambda: not any(n.node_id == "2" for n in a.table.live()),
+        10,
+        "peer 0 to notice that peer 2 is dead",
+    )
+    r_dead = a.round
+    wait_for(lambda: a.round >= r_dead + 3, 30, "peer 0 to keep training without 2")
+    c2 = make(2, bootstrap_timeout_s=5.0)
+    t2 = threading.Thread(target=c2.run, daemon=True)
+    t2.start()
+    wait_for(lambda: c2.round >= a.round - 1 > r_dead, 30, "the restart to catch up")
+    fresh = flatten(build_model(MODEL, (1, 8, 8), 10, 0))
+    ref = 0.5 * (a.x + b.x)
+    assert float((c2.x - ref).norm()) < 0.5 * float((fresh - ref).norm())
+    for nd in (a, b, c2):
+        nd.request_stop()
+    for t in [*threads, t2]:
+        t.join(20)
+
+
+# ------------------------------------------------------------------ generated code
+
+
+def test_generated_peer_proto_code_is_up_to_date(tmp_path: Path) -> None:
+    subprocess.run(
+        ["bash", str(REPO / "fedplat/gossip/gen_proto.sh"), str(tmp_path)],
+        check=True,
+        env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"},
+    )
+    for name in ("peer_pb2.py", "peer_pb2_grpc.py", "peer_pb2.pyi"):
+        assert (tmp_path / name).read_text() == (
+            REPO / "fedplat/gossip" / name
+        ).read_text(), f"{name} is stale: run fedplat/gossip/gen_proto.sh"
+
+
+def test_pulled_model_is_the_published_one(data: NodeData) -> None:
+    node = _node(data, 0, free_port())
+    node.start()
+    try:
+        with PeerClient(node.address) as cl:
+            msg = cl.pull("")
+        vals = Payload.from_bytes(msg.data).values
+        torch.testing.assert_close(vals, node.x)
+        assert msg.header.layout == node.layout
+    finally:
+        node.stop()

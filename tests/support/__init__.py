@@ -1,0 +1,16 @@
+"""Helpers shared by the tests (imported as ``tests.support``); fixtures live in
+``tests/conftest.py``. No test module imports another test module."""
+
+from tests.support.clients import digits_client
+from tests.support.configs import REPO, free_port, run_config, write_config
+from tests.support.procs import Procs, wait_for
+
+__all__ = [
+    "REPO",
+    "Procs",
+    "digits_client",
+    "free_port",
+    "run_config",
+    "wait_for",
+    "write_config",
+]

@@ -1,0 +1,443 @@
+"""Every monitor page under Streamlit's AppTest, against the fixture database.
+
+The app runs through its real entry script and navigation (``app.py``), so page
+registration, the shared sidebar and the ``?run=`` parameter are exercised too.
+Charts are checked by their Vega-Lite spec and the rows Streamlit ships to the
+browser, not just by their presence.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from fedplat.ui import APP_PATH, DB_ENV
+from streamlit.testing.v1 import AppTest
+
+from fedplat.store import Store, migrate
+from tests.support.ui_fixture import ACCURACY, build_empty_db, build_fixture_db
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def fixture_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    path = tmp_path_factory.mktemp("ui") / "monitor.db"
+    return path, build_fixture_db(path)
+
+
+@pytest.fixture
+def db(
+    fixture_db: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    monkeypatch.setenv(DB_ENV, str(fixture_db[0]))
+    return fixture_db[1]
+
+
+def open_page(page: str | None = None, run: str | None = None) -> AppTest:
+    """Run the app, then switch to ``views/<page>.py`` with ``?run=<run>``."""
+    at = AppTest.from_file(str(APP_PATH), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    if page is not None:
+        if run is not None:
+            at.query_params["run"] = run
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, at.exception
+    return at
+
+
+def _walk(node: Any, out: list[Any]) -> None:
+    if getattr(node, "type", None) == "vega_lite_chart":
+        out.append(node)
+    children = getattr(node, "children", None)
+    if isinstance(children, dict):
+        for child in children.values():
+            _walk(child, out)
+
+
+def _title(spec: Any) -> str | None:
+    """A chart's title; for compound charts, the first panel's."""
+    if not isinstance(spec, dict):
+        return None
+    title = spec.get("title")
+    if isinstance(title, dict):
+        title = title.get("text")
+    if title:
+        return str(title)
+    for key in ("concat", "layer", "hconcat", "vconcat"):
+        for panel in spec.get(key, []):
+            found = _title(panel)
+            if found:
+                return found
+    return None
+
+
+def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
+    """Chart title -> the data frames Streamlit sends for it (one per dataset)."""
+    found: list[Any] = []
+    _walk(at._tree, found)
+    out: dict[str, list[pd.DataFrame]] = {}
+    for node in found:
+        spec = json.loads(node.proto.spec)
+        title = _title(spec)
+        frames = [
+            pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+            for d in node.proto.datasets
+        ]
+        out[str(title)] = frames
+    return out
+
+
+def texts(elements: Any) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+# --------------------------------------------------------------------------- #
+# Store problems: every page stops with a message saying what is wrong         #
+# --------------------------------------------------------------------------- #
+
+
+def test_no_database_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DB_ENV, raising=False)
+    at = open_page()
+    assert "No database configured" in texts(at.error)
+
+
+def test_missing_sqlite_file_is_reported_and_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "nowhere" / "fedplat.db"
+    monkeypatch.setenv(DB_ENV, str(missing))
+    at = open_page()
+    assert "No database at" in texts(at.error)
+    # A read-only monitor must not create the database (or its folder).
+    assert not missing.parent.exists()
+
+
+def test_database_without_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "blank.db"
+    sqlite3.connect(path).close()
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("run")
+    assert "no fedplat tables" in texts(at.warning)
+
+
+@pytest.mark.parametrize("page", ["runs", "run", "clients", "contributions", "gossip"])
+def test_every_page_has_an_empty_state(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "empty.db"
+    build_empty_db(path)
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page(page)
+    assert "No runs" in texts(at.info) or "No gossip runs" in texts(at.info)
+    assert not at.error
+
+
+# --------------------------------------------------------------------------- #
+# Runs                                                                         #
+# --------------------------------------------------------------------------- #
+
+
+def test_runs_page_lists_every_run(db: dict[str, str]) -> None:
+    at = open_page()
+    assert at.title[0].value == "Runs"
+    assert metrics(at) == {"Runs": "5", "Running": "2", "Completed": "1", "Failed": "1"}
+    table = at.dataframe[0].value.set_index("name")
+    assert set(table.index) == set(db)
+    done = table.loc["digits-done"]
+    assert done["status"] == "completed"
+    assert done["progress"] == "3/3"
+    assert done["participants"] == "3/4"  # round 3: one rejected update
+    assert done["best_accuracy"] == pytest.approx(ACCURACY[-1])
+    assert table.loc["digits-live"]["participants"] == "1/3"
+    assert table.loc["gossip-ring"]["mode"] == "gossip"
+    assert table.loc["digits-pending"]["clients"] == 0
+
+
+# --------------------------------------------------------------------------- #
+# Run detail                                                                   #
+# --------------------------------------------------------------------------- #
+
+
+def test_run_page_completed_run_has_every_chart(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-done"])
+    got = metrics(at)
+    assert got["Current round"] == "3 / 3"
+    assert got["Accuracy"] == "83.00%"
+    assert got["Participants (latest round)"] == "3 / 4"
+    drawn = charts(at)
+    acc = drawn["Global accuracy"][0]
+    assert list(acc["round"]) == [1, 2, 3]
+    assert list(acc["accuracy"]) == pytest.approx(ACCURACY)
+    assert list(drawn["Global loss"][0]["loss"]) == pytest.approx(
+        [2.0 - a for a in ACCURACY]
+    )
+
+    outcomes = drawn["Clients per round by outcome"][0].set_index(["round", "outcome"])
+    assert outcomes.loc[(1, "succeeded"), "clients"] == 4
+    assert outcomes.loc[(2, "straggler"), "clients"] == 1
+    assert outcomes.loc[(3, "rejected"), "clients"] == 1
+
+    traffic = drawn["Traffic per round"][0].set_index(["round", "direction"])
+    assert traffic.loc[(1, "down"), "bytes"] == 4 * 4000
+    assert traffic.loc[(1, "up"), "bytes"] == 1000 + 1001 + 1002 + 1003
+
+    assert list(drawn["Compression ratio"][0]["value"]) == [21.0, 22.0, 23.0]
+    assert list(drawn["Privacy spent (ε) per round"][0]["value"]) == [0.5, 1.0, 1.5]
+
+    heat = drawn["Aggregator verdict per client and round"][0]
+    assert len(heat) == 12
+    verdicts = heat.set_index(["round", "client_id"])["verdict"]
+    assert verdicts[(1, "c0")] == "accepted"
+    assert verdicts[(2, "c1")] == "flagged"
+    assert verdicts[(2, "c2")] == "suspect"
+    assert verdicts[(2, "c3")] == "straggler"
+    assert verdicts[(3, "c2")] == "rejected"
+    assert verdicts[(3, "c3")] == "excluded"
+    flags = heat.set_index(["round", "client_id"])["flags"]
+    assert flags[(3, "c3")] == "krum_excluded"
+    assert flags[(2, "c2")] == "zero-update"
+    assert not at.error
+
+
+def test_run_page_failed_run_says_why(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-failed"])
+    assert "The run failed: round 1 failed 1 times" in texts(at.error)
+    assert metrics(at)["Current round"] == "0 / 3"
+    info = texts(at.info)
+    assert "No accuracy yet" in info
+    assert "No compression ratio recorded" in info
+    assert "No privacy accounting recorded" in info
+    drawn = charts(at)
+    assert "Global accuracy" not in drawn
+    stragglers = drawn["Clients per round by outcome"][0]
+    assert stragglers.to_dict("records") == [
+        {"round": 1, "outcome": "straggler", "clients": 2}
+    ]
+
+
+def test_run_page_pending_run(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-pending"])
+    assert "No round has started yet" in texts(at.info)
+    assert charts(at) == {}
+
+
+def test_run_page_open_round_counts_live(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-live"])
+    assert "round 2 in progress" in at.get("progress")[0].proto.text
+    assert metrics(at)["Participants (latest round)"] == "1 / 3"
+    heat = charts(at)["Aggregator verdict per client and round"][0]
+    assert set(heat[heat["round"] == 2]["verdict"]) == {"not aggregated", "in progress"}
+
+
+def test_run_page_points_gossip_runs_to_the_gossip_page(db: dict[str, str]) -> None:
+    at = open_page("run", db["gossip-ring"])
+    assert "This is a gossip run" in texts(at.info)
+
+
+def test_run_picker_follows_the_query_parameter(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-failed"])
+    assert at.selectbox[0].value == db["digits-failed"]
+    at.selectbox[0].set_value(db["digits-done"]).run()
+    assert at.query_params["run"] == db["digits-done"]
+    assert metrics(at)["Current round"] == "3 / 3"
+
+
+def test_run_page_unknown_run_falls_back_to_newest(db: dict[str, str]) -> None:
+    at = open_page("run", "no-such-run")
+    assert at.selectbox[0].value in db.values()
+    assert not at.error
+
+
+# --------------------------------------------------------------------------- #
+# Clients                                                                      #
+# --------------------------------------------------------------------------- #
+
+
+def test_clients_page_lists_and_filters(db: dict[str, str]) -> None:
+    at = open_page("clients", db["digits-done"])
+    assert metrics(at)["Enrolled"] == "4"
+    table = at.dataframe[0].value.set_index("client_id")
+    assert list(table.index) == ["c0", "c1", "c2", "c3"]
+    assert table.loc["c0", "rounds_joined"] == 3
+    assert table.loc["c2", "rounds_rejected"] == 1
+    assert table.loc["c3", "rounds_straggled"] == 1
+    assert table.loc["c3", "flags"] == "krum_excluded"
+    assert table.loc["c0", "bytes_up"] == 3000
+    # From the signed ledger: c3 earns 0.4 a round, c2 nothing in round 2.
+    assert table.loc["c3", "contribution_score"] == pytest.approx(1.2)
+    assert table.loc["c2", "contribution_score"] == pytest.approx(0.6)
+    assert table.loc["c3", "reward_share"] == pytest.approx(1.2 / 2.7)
+
+    at.checkbox[0].check().run()  # flagged only
+    assert list(at.dataframe[0].value["client_id"]) == ["c1", "c2", "c3"]
+    at.checkbox[0].uncheck().run()
+    at.text_input[0].input("C0").run()
+    assert list(at.dataframe[0].value["client_id"]) == ["c0"]
+    at.text_input[0].input("").run()
+    at.number_input[0].set_value(3).run()
+    assert list(at.dataframe[0].value["client_id"]) == ["c0", "c1"]
+    at.multiselect[0].select("banned").run()
+    assert "No client matches these filters" in texts(at.warning)
+
+
+def test_clients_page_without_clients(db: dict[str, str]) -> None:
+    at = open_page("clients", db["digits-pending"])
+    assert "No client has enrolled in this run yet" in texts(at.info)
+
+
+# --------------------------------------------------------------------------- #
+# Contributions                                                                #
+# --------------------------------------------------------------------------- #
+
+
+def test_contributions_page_from_a_verified_ledger(db: dict[str, str]) -> None:
+    at = open_page("contributions", db["digits-done"])
+    board = at.dataframe[0].value
+    # c3 earns 0.4 a round; c0 0.1 (c1 and c2 tie at 0.6 in between).
+    assert board.iloc[0]["client_id"] == "c3"
+    assert board.iloc[-1]["client_id"] == "c0"
+    assert list(board["rank"]) == [1, 2, 3, 4]
+    assert board.set_index("client_id").loc["c2", "flagged_rounds"] == 1
+    assert "Ledger verified: 12 entries, chain intact (signed" in texts(at.success)
+    drawn = charts(at)
+    assert len(drawn["Reward shares"][0]) == 4
+    assert len(drawn["Cumulative contribution score"][0]) == 12
+    entries = at.dataframe[1].value
+    assert list(entries["seq"]) == list(range(1, 13))
+    assert not entries["problem"].any()
+
+
+def test_contributions_page_from_metrics(db: dict[str, str]) -> None:
+    at = open_page("contributions", db["digits-live"])
+    board = at.dataframe[0].value.set_index("client_id")
+    assert board.loc["c0", "cumulative_score"] == pytest.approx(0.5)
+    assert board.loc["c0", "reward_share"] == pytest.approx(0.5)
+    assert "No ledger entries for this run" in texts(at.info)
+
+
+def test_contributions_page_without_scores(db: dict[str, str]) -> None:
+    at = open_page("contributions", db["digits-failed"])
+    assert "No contribution scores for this run" in texts(at.info)
+
+
+def test_contributions_page_shows_which_entry_was_tampered(
+    fixture_db: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src, ids = fixture_db
+    path = tmp_path / "tampered.db"
+    shutil.copy(src, path)
+    with sqlite3.connect(path) as conn:
+        # Raise client c0's round-2 credit after the fact, without re-hashing.
+        (payload,) = conn.execute(
+            "SELECT payload_json FROM ledger_entries WHERE seq = 5"
+        ).fetchone()
+        edited = json.loads(payload)
+        edited["credit"] = 99.0
+        conn.execute(
+            "UPDATE ledger_entries SET payload_json = ? WHERE seq = 5",
+            (json.dumps(edited, sort_keys=True, separators=(",", ":")),),
+        )
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("contributions", ids["digits-done"])
+    error = texts(at.error)
+    assert "Ledger verification FAILED" in error
+    assert "First bad entry: **seq 5**" in error
+    entries = at.dataframe[1].value.set_index("seq")
+    assert entries.loc[5, "problem"].startswith("edited")
+    assert entries.loc[4, "problem"] == ""
+
+
+def test_contributions_page_on_a_database_before_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    migrate(str(path), "0001")  # as written by a coordinator before migration 0002
+    with Store(str(path), migrate=False) as store:
+        store.create_run("old-run", {"run": {"name": "old-run"}}, {}, total_rounds=2)
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("contributions")
+    info = texts(at.info)
+    assert "no contribution ledger" in info
+    assert "migration 0002" in info
+    assert not at.error
+
+
+# --------------------------------------------------------------------------- #
+# Gossip                                                                       #
+# --------------------------------------------------------------------------- #
+
+
+def _graph(at: AppTest) -> tuple[pd.DataFrame, pd.DataFrame]:
+    frames = charts(at)["Topology"]
+    edges = next(f for f in frames if "x2" in f.columns)
+    nodes = pd.concat([f for f in frames if "node" in f.columns and "x2" not in f])
+    return nodes.drop_duplicates("node").set_index("node"), edges
+
+
+def test_gossip_page_latest_round(db: dict[str, str]) -> None:
+    at = open_page("gossip", db["gossip-ring"])
+    got = metrics(at)
+    assert got["Round"] == "4 / 4"
+    assert got["Live nodes"] == "5 / 6"  # node 3 removed after round 2
+    assert got["Cut links"] == "0"  # link 0-1 cut after round 2, healed after 3
+    assert got["Components"] == "1"
+    nodes, edges = _graph(at)
+    assert nodes.loc["3", "state"] == "dead"
+    assert set(
+        edges[edges["state"] == "dead node"][["u", "v"]].apply(tuple, axis=1)
+    ) == {
+        ("0", "3"),
+        ("2", "3"),
+        ("3", "4"),
+    }
+    panels = charts(at)["components"]  # one dataset per metric panel
+    metric_names = set().union(*(set(f["metric"]) for f in panels if "metric" in f))
+    assert metric_names == {
+        "components",
+        "consensus_distance",
+        "mean_accuracy",
+        "min_accuracy",
+    }
+
+
+def test_gossip_page_round_slider_replays_the_graph(db: dict[str, str]) -> None:
+    at = open_page("gossip", db["gossip-ring"])
+    at.toggle(key="gossip_follow").set_value(False).run()
+    at.slider(key="gossip_round").set_value(3).run()
+    got = metrics(at)
+    assert got["Round"] == "3 / 4"
+    assert got["Cut links"] == "1"
+    _, edges = _graph(at)
+    cut = edges[edges["state"] == "cut"]
+    assert list(zip(cut["u"], cut["v"], strict=True)) == [("0", "1")]
+    at.slider(key="gossip_round").set_value(2).run()
+    assert metrics(at)["Live nodes"] == "6 / 6"
+    assert metrics(at)["Cut links"] == "0"
+
+
+def test_gossip_page_without_gossip_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "fl-only.db"
+    with Store(str(path)) as store:
+        store.create_run("fl", {"run": {"name": "fl"}}, {}, total_rounds=1)
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("gossip")
+    assert "No gossip runs in this database" in texts(at.info)
