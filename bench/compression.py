@@ -327,7 +327,8 @@ def run_config(setup: Setup, method: Method, workdir: Path) -> dict[str, Any]:
 
 def _client_builder(setup: Setup) -> Callable[[int, Any], Any]:
     from fedplat.client import Client
-    from fedplat.client.reference import ReferenceSpec, reference_parts
+
+    from fedplat.reference.clients import ReferenceSpec, reference_parts
 
     def build(i: int, factory: Any) -> Client:
         parts = reference_parts(

@@ -378,6 +378,11 @@ class Client:
             self.last_error = str(exc)
             log.exception("client %s stopped with an error", self.name)
 
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to return after the current step (safe in a signal
+        handler: it only sets a flag)."""
+        self._stop.set()
+
     def stop(self, timeout: float | None = 30.0) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import torch
 from fedplat.client import Client
-from fedplat.client.byzantine import AttackLayer, Coalition
 from fedplat.client.middleware import OutgoingUpdate
 from fedplat.server.config import parse_config
 
-from fedplat.cli import wait_healthy
+from fedplat.reference.byzantine import AttackLayer, Coalition
 from fedplat.sim import simulate
 from fedplat.store import Store
+from fedplat.transport.health import wait_healthy
 from fedplat.transport.messages import Task, TaskKind, UploadAck
 from tests.support import Procs, digits_client, run_config, wait_for, write_config
 

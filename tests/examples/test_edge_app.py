@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedplat.cli import wait_healthy
 from fedplat.store import Store
+from fedplat.transport.health import wait_healthy
 from tests.support import REPO, Procs, free_port, wait_for
 
 pytestmark = pytest.mark.integration  # starts real processes

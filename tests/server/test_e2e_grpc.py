@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fedplat.cli import wait_healthy
 from fedplat.store import Store
+from fedplat.transport.health import wait_healthy
 from tests.support import Procs, run_config, wait_for, write_config
 
 pytestmark = pytest.mark.integration  # starts real processes

@@ -18,7 +18,8 @@ def digits_client(
     train function and connected through ``factory``. ``client_kw`` goes to
     :class:`fedplat.client.Client` (``state_dir``, ``middleware``, ...)."""
     from fedplat.client import Client
-    from fedplat.client.reference import ReferenceSpec, reference_parts
+
+    from fedplat.reference.clients import ReferenceSpec, reference_parts
 
     p = reference_parts(
         ReferenceSpec(

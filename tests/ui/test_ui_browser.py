@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from fedplat.cli import wait_healthy
 from fedplat.store import Store
+from fedplat.transport.health import wait_healthy
 from tests.support import REPO, Procs, free_port, run_config, wait_for, write_config
 
 CHROMIUM = shutil.which("chromium")

@@ -16,9 +16,9 @@ from dataclasses import replace
 from typing import Any
 
 import torch
+
 from fedplat.aggregators.attacks import Attack, create_attack
 from fedplat.client.middleware import OutgoingUpdate, Send
-
 from fedplat.transport.messages import UploadAck
 
 

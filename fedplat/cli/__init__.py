@@ -1,0 +1,47 @@
+"""The ``fedplat`` command.
+
+Subcommands: ``coordinator`` (serve a run), ``client`` (a reference client),
+``sim`` (in-process simulation), ``demo``, ``monitor`` (the web monitor),
+``ledger`` (verify or export a contribution ledger) and ``gossip`` (peer-to-peer
+learning). Each lives in a module of this package with a ``register(sub)``
+function; user errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fedplat.cli import demo, gossip, ledger, monitor, run
+from fedplat.cli.common import CliError, setup_logging
+
+_COMMANDS = (run, demo, monitor, ledger, gossip)
+DESCRIPTION = (
+    "fedplat: federated learning with a gRPC coordinator, a client SDK, "
+    "in-process simulation, a web monitor of runs, a tamper-evident contribution "
+    "ledger and peer-to-peer gossip learning."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedplat", description=DESCRIPTION)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in _COMMANDS:
+        module.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    from fedplat.server.config import ConfigError
+
+    try:
+        return int(args.func(args))
+    except (CliError, ConfigError) as exc:
+        print(f"fedplat: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["CliError", "build_parser", "main"]

@@ -1,0 +1,61 @@
+"""What every ``fedplat`` subcommand shares: logging, argument types, errors.
+
+A subcommand reports a user error by raising :class:`CliError` (or a domain error
+listed in :data:`USER_ERRORS`); :func:`fedplat.cli.main` prints it as one line on
+standard error and exits with status 2, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+
+class CliError(Exception):
+    """A user error: bad flag values, a missing file, an unknown name."""
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Alembic logs every migration step at INFO; a command's output is not the
+    # place for schema bookkeeping.
+    logging.getLogger("alembic").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def json_arg(text: str) -> dict[str, Any]:
+    """``--x '{"k": 1}'``: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+PARTITION_HELP = "iid | dirichlet:ALPHA | shards:K | label_sorted"
+
+
+def partition_arg(text: str) -> tuple[str, dict[str, Any]]:
+    """``iid``, ``dirichlet:0.5``, ``shards:2`` or ``label_sorted``."""
+    name, _, arg = text.partition(":")
+    params: dict[str, Any] = {}
+    try:
+        if name == "dirichlet":
+            params["alpha"] = float(arg or 0.5)
+        elif name == "shards":
+            params["shards_per_client"] = int(arg or 2)
+        elif arg:
+            raise argparse.ArgumentTypeError(f"partition {name!r} takes no argument")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad partition argument: {exc}") from exc
+    if name not in ("iid", "dirichlet", "shards", "label_sorted"):
+        raise argparse.ArgumentTypeError(
+            f"unknown partition {name!r}; use {PARTITION_HELP}"
+        )
+    return name, params

@@ -1,0 +1,341 @@
+"""``fedplat gossip``: peer-to-peer learning without a coordinator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from fedplat.cli.common import json_arg
+
+
+def _gossip_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """PeerConfig fields set on the command line (timeouts, pacing, topology)."""
+    return {
+        "heartbeat_s": args.heartbeat,
+        "dead_after_s": args.dead_after,
+        "round_timeout_s": args.round_timeout,
+        "bootstrap_timeout_s": args.bootstrap_timeout,
+        "linger_s": args.linger,
+        "min_round_s": args.min_round_s,
+        "target_degree": args.target_degree,
+        "max_model_bytes": int(args.max_model_mb * 1024 * 1024),
+    }
+
+
+def cmd_gossip_node(args: argparse.Namespace) -> int:
+    """One real gossip peer, from a scenario file or from flags."""
+    import torch
+
+    from fedplat.gossip.node import PeerConfig, PeerNode, peer_from_scenario
+    from fedplat.gossip.scenario import ScenarioError, load_scenario
+
+    torch.set_num_threads(args.threads)
+    seeds = tuple(x for x in (args.seeds or "").split(",") if x)
+    try:
+        if args.scenario:
+            node = peer_from_scenario(
+                load_scenario(args.scenario),
+                int(args.id),
+                listen=args.listen,
+                seeds=seeds,
+                relay=True if args.no_data else None,
+                **_gossip_overrides(args),
+            )
+        else:
+            from fedplat.gossip.scenario import DataSpec, ModelSpec
+            from fedplat.gossip.setup import build_model, load_node_data
+
+            index = args.partition_id if args.partition_id is not None else int(args.id)
+            data = load_node_data(
+                DataSpec(dataset=args.dataset, partition=args.partition),
+                args.num_nodes,
+                args.seed,
+                {index} if args.no_data else set(),
+            )
+            model = build_model(
+                ModelSpec(name=args.model, params=args.model_params),
+                data.test.input_shape,
+                data.test.num_classes,
+                args.seed,
+            )
+            cfg = PeerConfig(
+                node_id=args.id,
+                listen=args.listen,
+                seeds=seeds,
+                rounds=args.rounds,
+                rule=args.rule,
+                lr=args.lr,
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                compressor=args.compressor,
+                compressor_params=args.compressor_params,
+                seed=args.seed,
+                **_gossip_overrides(args),
+            )
+            node = PeerNode(cfg, model, data.train[index], data.test)
+    except (ScenarioError, ValueError) as exc:
+        print(f"fedplat: {exc}", file=sys.stderr)
+        return 2
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        node.request_stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        node.run()
+    except KeyboardInterrupt:
+        return 130
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main_spec is not None and main_spec.name in (
+        "fedplat.cli",
+        "fedplat.cli.__main__",
+    ):
+        # A peer process (``python -m fedplat.cli gossip node``, as the launcher
+        # starts them) has stopped its server and closed its channels: skip the
+        # interpreter's teardown, 2-3 s of CPU per process after importing torch
+        # (measured here), too much when dozens of peers stop at once.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def cmd_gossip_sim(args: argparse.Namespace) -> int:
+    """Run a scenario in-process, with a progress bar (optionally into a store)."""
+    import torch
+    from tqdm import tqdm
+
+    from fedplat.gossip.recorder import GossipRecorder
+    from fedplat.gossip.scenario import ScenarioError, load_scenario
+    from fedplat.gossip.sim import GossipSimulation, RoundMetrics, RoundObserver
+
+    torch.set_num_threads(args.threads)
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        print(f"fedplat: {exc}", file=sys.stderr)
+        return 2
+    observers: list[RoundObserver] = []
+    store = None
+    if args.store:
+        from fedplat.store import Store
+
+        store = Store(args.store)
+        observers.append(GossipRecorder(store, args.run_name))
+    bar = tqdm(
+        total=scenario.rounds,
+        desc=f"gossip {scenario.name}",
+        unit="round",
+        disable=args.no_progress,
+    )
+
+    def on_round(m: RoundMetrics) -> None:
+        bar.update(1)
+        post = {
+            "alive": m.alive,
+            "comp": m.components,
+            "cd": f"{m.consensus_distance:.3f}",
+        }
+        if m.mean_accuracy is not None:
+            post["acc"] = f"{m.mean_accuracy:.4f}"
+        bar.set_postfix(post)
+
+    res = GossipSimulation(scenario, observers=observers).run(on_round)
+    bar.close()
+    summary = {
+        "scenario": scenario.name,
+        "rounds": len(res.rounds),
+        "seconds": round(res.seconds, 1),
+        "final_mean_accuracy": res.final_mean_accuracy,
+        "final_min_accuracy": res.final_min_accuracy,
+        "components": res.final.components,
+        "alive": res.final.alive,
+        "consensus_distance": res.final.consensus_distance,
+        "changes": [
+            {"round": c.round, "kind": c.kind, **c.to_details()} for c in res.changes
+        ],
+        "accuracy_per_round": [m.mean_accuracy for m in res.rounds],
+        "consensus_per_round": [m.consensus_distance for m in res.rounds],
+    }
+    if store is not None:
+        summary["run_id"] = observers[0].run_id  # type: ignore[attr-defined]
+        store.close()
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(summary, indent=2) + "\n")
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in summary.items()
+                if not k.endswith("_per_round") and k != "changes"
+            }
+        )
+    )
+    return 0
+
+
+def cmd_gossip_run(args: argparse.Namespace) -> int:
+    """Run a scenario as real peer processes on 127.0.0.1 (removal kills them)."""
+    from fedplat.gossip.launcher import ProcessLauncher
+    from fedplat.gossip.recorder import GossipRecorder
+    from fedplat.gossip.scenario import ScenarioError
+
+    peer_args = [
+        "--heartbeat",
+        str(args.heartbeat),
+        "--dead-after",
+        str(args.dead_after),
+        "--round-timeout",
+        str(args.round_timeout),
+        "--linger",
+        str(args.linger),
+        "--min-round-s",
+        str(args.min_round_s),
+    ]
+    store = None
+    recorder = None
+    if args.store:
+        from fedplat.store import Store
+
+        store = Store(args.store)
+        recorder = GossipRecorder(store, args.run_name)
+    try:
+        launcher = ProcessLauncher(
+            args.scenario, args.workdir, peer_args=peer_args, recorder=recorder
+        )
+    except ScenarioError as exc:
+        print(f"fedplat: {exc}", file=sys.stderr)
+        return 2
+    print(f"starting {launcher.network.n} peers; logs in {args.workdir}")
+    res = launcher.run(timeout=args.timeout)
+    for m in res.rounds:
+        acc = "-" if m.mean_accuracy is None else f"{m.mean_accuracy:.4f}"
+        print(
+            f"round {m.round:3d}: alive {m.alive}, components {m.components}, "
+            f"mean accuracy {acc}, consensus {m.consensus_distance:.3f}"
+        )
+    print(
+        json.dumps(
+            {
+                "seconds": round(res.seconds, 1),
+                "killed": res.killed,
+                "restarted": res.restarted,
+                "crashed": res.crashed,
+                "exit_codes": res.exit_codes,
+            }
+        )
+    )
+    if store is not None:
+        store.close()
+    return 1 if res.crashed else 0
+
+
+def register(sub: Any) -> None:
+    """Add ``fedplat gossip node|sim|run``."""
+    g = sub.add_parser("gossip", help="peer-to-peer gossip learning (no coordinator)")
+    gsub = g.add_subparsers(dest="gossip_command", required=True)
+
+    def timing(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--heartbeat", type=float, default=0.5, help="seconds")
+        sp.add_argument(
+            "--dead-after",
+            type=float,
+            default=3.0,
+            help="silence (s) after which a neighbour counts as dead",
+        )
+        sp.add_argument(
+            "--round-timeout",
+            type=float,
+            default=10.0,
+            help="max seconds to wait for neighbours' models",
+        )
+        sp.add_argument(
+            "--linger",
+            type=float,
+            default=5.0,
+            help="keep serving this long after the last round",
+        )
+        sp.add_argument(
+            "--min-round-s",
+            type=float,
+            default=0.0,
+            help="pace: each round lasts at least this long",
+        )
+
+    n = gsub.add_parser("node", help="one real peer (gRPC Peer service + loop)")
+    n.add_argument("--id", required=True, help="peer id (node index with --scenario)")
+    n.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve on")
+    n.add_argument(
+        "--seeds", help="bootstrap peers: host:port or id@host:port, comma-separated"
+    )
+    n.add_argument(
+        "--scenario",
+        help="take data, model, training, mixing and link cuts from this scenario file",
+    )
+    n.add_argument("--no-data", action="store_true", help="relay-only peer")
+    n.add_argument(
+        "--target-degree",
+        type=int,
+        default=0,
+        help="link to peers learned from the seeds up to this many",
+    )
+    n.add_argument("--bootstrap-timeout", type=float, default=60.0)
+    n.add_argument("--max-model-mb", type=float, default=64.0)
+    n.add_argument("--threads", type=int, default=1, help="torch threads")
+    timing(n)
+    n.add_argument("--dataset", default="digits")
+    n.add_argument(
+        "--partition",
+        default="iid",
+        choices=("iid", "dirichlet", "shards", "label_sorted"),
+    )
+    n.add_argument(
+        "--num-nodes",
+        type=int,
+        default=8,
+        help="number of data shares (without --scenario)",
+    )
+    n.add_argument(
+        "--partition-id", type=int, help="this peer's share (default: --id as a number)"
+    )
+    n.add_argument("--model", default="mlp")
+    n.add_argument("--model-params", type=json_arg, default={"hidden": [32]})
+    n.add_argument("--rounds", type=int, default=20)
+    n.add_argument(
+        "--rule",
+        default="metropolis_hastings",
+        choices=("metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"),
+    )
+    n.add_argument("--lr", type=float, default=0.1)
+    n.add_argument("--epochs", type=int, default=1)
+    n.add_argument("--batch-size", type=int, default=16)
+    n.add_argument("--compressor", default="identity")
+    n.add_argument("--compressor-params", type=json_arg, default={})
+    n.add_argument("--seed", type=int, default=0)
+    n.set_defaults(func=cmd_gossip_node)
+
+    s = gsub.add_parser("sim", help="run a scenario with in-process peers")
+    s.add_argument("--scenario", required=True, help="scenario file (.yaml, .toml)")
+    s.add_argument("--store", help="record the run in this store (URL or path)")
+    s.add_argument("--run-name", help="run name in the store (default: scenario)")
+    s.add_argument("--output", help="write a JSON summary here")
+    s.add_argument("--threads", type=int, default=1, help="torch threads")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_gossip_sim)
+
+    r = gsub.add_parser("run", help="run a scenario as real peer processes")
+    r.add_argument("--scenario", required=True)
+    r.add_argument("--workdir", default="runs/gossip")
+    r.add_argument("--store", help="record the run in this store (URL or path)")
+    r.add_argument("--run-name")
+    r.add_argument("--timeout", type=float, default=600.0)
+    timing(r)
+    r.set_defaults(func=cmd_gossip_run)

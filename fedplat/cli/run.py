@@ -1,0 +1,203 @@
+"""``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from fedplat.cli.common import PARTITION_HELP, json_arg, partition_arg
+
+log = logging.getLogger("fedplat.cli")
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from fedplat.server.app import serve
+    from fedplat.server.config import load_config
+
+    overrides: dict[str, Any] = {}
+    if args.address:
+        overrides.setdefault("server", {})["address"] = args.address
+    if args.db:
+        overrides["store"] = {"url": args.db}
+    cfg = load_config(args.config, overrides=overrides)
+    return serve(cfg)
+
+
+def cmd_client(args: argparse.Namespace) -> int:
+    from fedplat.client import Client
+    from fedplat.reference.clients import ReferenceSpec, reference_parts
+
+    partition, pparams = args.partition
+    spec = ReferenceSpec(
+        label_flip=args.label_flip,
+        dataset=args.dataset,
+        model=args.model,
+        model_params=args.model_params,
+        num_partitions=args.num_partitions,
+        partition_id=args.partition_id,
+        partition=partition,
+        partition_params=pparams,
+        seed=args.seed,
+    )
+    parts = reference_parts(spec)
+    root = Path(args.root_cert).read_bytes() if args.root_cert else None
+    middleware: list[Any] = []
+    if args.attack:
+        from fedplat.reference.byzantine import AttackLayer
+
+        log.warning(
+            "client %s runs the %r attack (evaluation only)", args.name, args.attack
+        )
+        middleware.append(AttackLayer(args.attack, args.attack_params))
+    client = Client(
+        args.address,
+        parts.model,
+        parts.train,
+        num_examples=parts.num_examples,
+        name=args.name or f"client-{args.partition_id}",
+        insecure=args.insecure,
+        root_certificates=root,
+        state_dir=args.state_dir,
+        give_up_after=args.give_up_after,
+        middleware=middleware,
+    )
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        client.request_stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        client.run()
+    except ConnectionError as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from fedplat.client import Client
+    from fedplat.reference.clients import ReferenceSpec, reference_parts
+    from fedplat.server.config import load_config
+    from fedplat.sim import simulate
+
+    cfg = load_config(args.config)
+    partition, pparams = args.partition
+    n = args.clients
+
+    def build(i: int, factory: Any) -> Client:
+        parts = reference_parts(
+            ReferenceSpec(
+                dataset=cfg.data.dataset,
+                model=cfg.model.name,
+                model_params=cfg.model.params,
+                num_partitions=n,
+                partition_id=i,
+                partition=partition,
+                partition_params=pparams,
+                seed=cfg.run.seed,
+            )
+        )
+        return Client(
+            None,
+            parts.model,
+            parts.train,
+            num_examples=parts.num_examples,
+            name=f"sim-{i}",
+            connection_factory=factory,
+        )
+
+    bar = tqdm(
+        total=cfg.run.rounds,
+        desc=f"sim {cfg.run.name}",
+        unit="round",
+        disable=args.no_progress,
+    )
+
+    def on_round(o: Any) -> None:
+        if o.completed:
+            bar.update(1)
+            if o.accuracy is not None:
+                bar.set_postfix(acc=f"{o.accuracy:.4f}")
+
+    res = simulate(cfg, build, n, on_round=on_round)
+    bar.close()
+    print(
+        json.dumps(
+            {
+                "run_id": res.run_id,
+                "rounds": len(res.rounds),
+                "final_accuracy": res.final_accuracy,
+                "store": cfg.store.url,
+            }
+        )
+    )
+    return 0
+
+
+def _add_data_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--partition",
+        type=partition_arg,
+        default=("iid", {}),
+        help=f"how the dataset is split over clients: {PARTITION_HELP}",
+    )
+
+
+def register(sub: Any) -> None:
+    """Add ``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
+    c = sub.add_parser("coordinator", help="serve a run defined by a config file")
+    c.add_argument("--config", required=True, help="run file (.toml, .yaml)")
+    c.add_argument("--address", help="override server.address")
+    c.add_argument("--db", help="override store.url")
+    c.set_defaults(func=cmd_coordinator)
+
+    k = sub.add_parser(
+        "client", help="a reference client training on one data partition"
+    )
+    k.add_argument("--address", required=True)
+    k.add_argument("--insecure", action="store_true", help="plaintext gRPC (no TLS)")
+    k.add_argument("--root-cert", help="PEM file of the CA that signed the server cert")
+    k.add_argument("--dataset", default="fashion_mnist")
+    k.add_argument("--model", default="mlp")
+    k.add_argument("--model-params", type=json_arg, default={})
+    _add_data_args(k)
+    k.add_argument("--num-partitions", type=int, default=10)
+    k.add_argument("--partition-id", type=int, required=True)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--name")
+    k.add_argument("--state-dir")
+    k.add_argument(
+        "--attack",
+        help="evaluation only: send a Byzantine update "
+        "(sign_flip, gaussian, random, alie, ipm, mimic)",
+    )
+    k.add_argument("--attack-params", type=json_arg, default={})
+    k.add_argument(
+        "--label-flip",
+        action="store_true",
+        help="evaluation only: train on flipped labels",
+    )
+    k.add_argument(
+        "--give-up-after",
+        type=float,
+        default=None,
+        help="exit when the coordinator is unreachable this long (seconds)",
+    )
+    k.set_defaults(func=cmd_client)
+
+    s = sub.add_parser(
+        "sim", help="simulate N in-process clients through the round engine"
+    )
+    s.add_argument("--config", required=True)
+    s.add_argument("--clients", type=int, default=10)
+    _add_data_args(s)
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_sim)
