@@ -12,8 +12,6 @@ from typing import TypeVar
 
 import grpc
 
-from fedplat.gossip import peer_pb2 as pb
-from fedplat.gossip import peer_pb2_grpc as pb_grpc
 from fedplat.gossip import serde
 from fedplat.gossip.messages import (
     Hello,
@@ -23,6 +21,8 @@ from fedplat.gossip.messages import (
     PingReply,
     PushReply,
 )
+from fedplat.proto import peer_pb2 as pb
+from fedplat.proto import peer_pb2_grpc as pb_grpc
 from fedplat.transport.grpc import error_from_rpc
 
 __all__ = ["PeerClient", "channel_options"]

@@ -44,7 +44,6 @@ from torch import nn
 from fedplat.compression import Payload, PayloadError, dense_payload
 from fedplat.data import Dataset
 from fedplat.gossip import mixing as mx
-from fedplat.gossip import peer_pb2_grpc as pb_grpc
 from fedplat.gossip.client import PeerClient, channel_options
 from fedplat.gossip.links import (
     LinkDecoder,
@@ -68,6 +67,7 @@ from fedplat.gossip.scenario import Scenario
 from fedplat.gossip.servicer import PeerServicer
 from fedplat.gossip.setup import build_model, load_node_data
 from fedplat.models import evaluate, train_epochs
+from fedplat.proto import peer_pb2_grpc as pb_grpc
 from fedplat.transport.codec import sha256_hex
 from fedplat.transport.errors import (
     FedplatError,

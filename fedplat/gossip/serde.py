@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 
-from fedplat.gossip import peer_pb2 as pb
 from fedplat.gossip.messages import (
     Hello,
     HelloReply,
@@ -24,9 +23,9 @@ from fedplat.gossip.messages import (
     PingReply,
     PushReply,
 )
-from fedplat.proto.serde import read_body
+from fedplat.proto import peer_pb2 as pb
+from fedplat.proto.serde import layout_from_proto, layout_to_proto, read_body
 from fedplat.transport.errors import InvalidArgument
-from fedplat.vectors import Layout, LayoutError, TensorSpec
 
 MAX_NAME_LEN = 256
 MAX_LAYOUT_TENSORS = 100_000
@@ -45,34 +44,6 @@ def _nonneg(value: int, what: str) -> int:
     if value < 0:
         raise InvalidArgument(f"{what} must be >= 0, got {value}")
     return int(value)
-
-
-# ------------------------------------------------------------------ layout
-
-
-def layout_to_proto(layout: Layout) -> pb.Layout:
-    return pb.Layout(
-        tensors=[
-            pb.TensorSpec(name=s.name, shape=list(s.shape), dtype=s.dtype)
-            for s in layout.specs
-        ]
-    )
-
-
-def layout_from_proto(msg: pb.Layout) -> Layout:
-    if len(msg.tensors) > MAX_LAYOUT_TENSORS:
-        raise InvalidArgument(
-            f"layout has {len(msg.tensors)} tensors (max {MAX_LAYOUT_TENSORS})"
-        )
-    try:
-        return Layout(
-            tuple(
-                TensorSpec(t.name, tuple(int(x) for x in t.shape), t.dtype or "float32")
-                for t in msg.tensors
-            )
-        )
-    except LayoutError as exc:
-        raise InvalidArgument(f"invalid layout: {exc}") from exc
 
 
 # ------------------------------------------------------------------ peers

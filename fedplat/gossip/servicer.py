@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import grpc
 
-from fedplat.gossip import peer_pb2 as pb
-from fedplat.gossip import peer_pb2_grpc as pb_grpc
 from fedplat.gossip import serde
+from fedplat.proto import peer_pb2 as pb
+from fedplat.proto import peer_pb2_grpc as pb_grpc
 from fedplat.transport.errors import FedplatError, InvalidArgument
 from fedplat.transport.grpc import STATUS_BY_CODE
 

@@ -5,7 +5,7 @@ import warnings
 
 from fedplat.proto import fedplat_pb2 as fedplat__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.2'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in fedplat_pb2_grpc.py depends on'
+        + f' but the generated code in fedplat_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class CoordinatorStub:
+class CoordinatorStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -34,6 +34,11 @@ class CoordinatorStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Challenge = channel.unary_unary(
+                '/fedplat.v1.Coordinator/Challenge',
+                request_serializer=fedplat__pb2.ChallengeRequest.SerializeToString,
+                response_deserializer=fedplat__pb2.ChallengeResponse.FromString,
+                _registered_method=True)
         self.Enroll = channel.unary_unary(
                 '/fedplat.v1.Coordinator/Enroll',
                 request_serializer=fedplat__pb2.EnrollRequest.SerializeToString,
@@ -61,8 +66,14 @@ class CoordinatorStub:
                 _registered_method=True)
 
 
-class CoordinatorServicer:
+class CoordinatorServicer(object):
     """Missing associated documentation comment in .proto file."""
+
+    def Challenge(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Enroll(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -97,6 +108,11 @@ class CoordinatorServicer:
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Challenge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Challenge,
+                    request_deserializer=fedplat__pb2.ChallengeRequest.FromString,
+                    response_serializer=fedplat__pb2.ChallengeResponse.SerializeToString,
+            ),
             'Enroll': grpc.unary_unary_rpc_method_handler(
                     servicer.Enroll,
                     request_deserializer=fedplat__pb2.EnrollRequest.FromString,
@@ -130,8 +146,35 @@ def add_CoordinatorServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Coordinator:
+class Coordinator(object):
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Challenge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedplat.v1.Coordinator/Challenge',
+            fedplat__pb2.ChallengeRequest.SerializeToString,
+            fedplat__pb2.ChallengeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Enroll(request,

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.transport.errors import InvalidArgument
 from fedplat.transport.messages import (
@@ -31,16 +32,16 @@ MAX_INFO_ITEMS = 64
 MAX_METRICS = 256
 
 
-def layout_to_proto(layout: Layout) -> pb.Layout:
-    return pb.Layout(
+def layout_to_proto(layout: Layout) -> common.Layout:
+    return common.Layout(
         tensors=[
-            pb.TensorSpec(name=s.name, shape=list(s.shape), dtype=s.dtype)
+            common.TensorSpec(name=s.name, shape=list(s.shape), dtype=s.dtype)
             for s in layout.specs
         ]
     )
 
 
-def layout_from_proto(msg: pb.Layout) -> Layout:
+def layout_from_proto(msg: common.Layout) -> Layout:
     if len(msg.tensors) > MAX_LAYOUT_TENSORS:
         raise InvalidArgument(
             f"layout has {len(msg.tensors)} tensors (max {MAX_LAYOUT_TENSORS})"

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from fedplat.compression import Payload, create_compressor, dense_payload
-from fedplat.gossip import peer_pb2 as pb
 from fedplat.gossip import serde
 from fedplat.gossip.client import PeerClient
 from fedplat.gossip.links import LinkDecoder, LinkEncoder, ReferenceMismatch
@@ -24,9 +20,10 @@ from fedplat.gossip.neighbours import NeighbourTable
 from fedplat.gossip.node import PeerConfig, PeerNode
 from fedplat.gossip.scenario import DataSpec, ModelSpec
 from fedplat.gossip.setup import NodeData, build_model, load_node_data
+from fedplat.proto import peer_pb2 as pb
 from fedplat.transport.errors import InvalidArgument, StaleUpdate, UnknownClient
 from fedplat.vectors import Layout, TensorSpec, flatten
-from tests.support import REPO, free_port, wait_for
+from tests.support import free_port, wait_for
 
 MODEL = ModelSpec(name="mlp", params={"hidden": [16]})
 
@@ -350,21 +347,6 @@ def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
         nd.request_stop()
     for t in [*threads, t2]:
         t.join(20)
-
-
-# ------------------------------------------------------------------ generated code
-
-
-def test_generated_peer_proto_code_is_up_to_date(tmp_path: Path) -> None:
-    subprocess.run(
-        ["bash", str(REPO / "fedplat/gossip/gen_proto.sh"), str(tmp_path)],
-        check=True,
-        env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"},
-    )
-    for name in ("peer_pb2.py", "peer_pb2_grpc.py", "peer_pb2.pyi"):
-        assert (tmp_path / name).read_text() == (
-            REPO / "fedplat/gossip" / name
-        ).read_text(), f"{name} is stale: run fedplat/gossip/gen_proto.sh"
 
 
 def test_pulled_model_is_the_published_one(data: NodeData) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import serde
 from fedplat.transport import codec
@@ -76,7 +77,7 @@ def test_update_header_validation() -> None:
         serde.update_header_from_proto(
             pb.UpdateHeader(
                 task_id="t",
-                layout=pb.Layout(tensors=[pb.TensorSpec(name="", shape=[1])]),
+                layout=common.Layout(tensors=[common.TensorSpec(name="", shape=[1])]),
             )
         )
     with pytest.raises(InvalidArgument, match="longer than"):

@@ -1,27 +1,10 @@
-# ruff: noqa
+from fedplat.proto import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class TensorSpec(_message.Message):
-    __slots__ = ("name", "shape", "dtype")
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    SHAPE_FIELD_NUMBER: _ClassVar[int]
-    DTYPE_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    shape: _containers.RepeatedScalarFieldContainer[int]
-    dtype: str
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
-
-class Layout(_message.Message):
-    __slots__ = ("tensors",)
-    TENSORS_FIELD_NUMBER: _ClassVar[int]
-    tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class PeerInfo(_message.Message):
     __slots__ = ("node_id", "address")
@@ -41,7 +24,7 @@ class HelloRequest(_message.Message):
     round: int
     layout_fingerprint: str
     want_link: bool
-    def __init__(self, sender: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., want_link: _Optional[bool] = ...) -> None: ...
+    def __init__(self, sender: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., want_link: bool = ...) -> None: ...
 
 class HelloResponse(_message.Message):
     __slots__ = ("responder", "round", "layout_fingerprint", "linked", "known")
@@ -55,7 +38,7 @@ class HelloResponse(_message.Message):
     layout_fingerprint: str
     linked: bool
     known: _containers.RepeatedCompositeFieldContainer[PeerInfo]
-    def __init__(self, responder: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., linked: _Optional[bool] = ..., known: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...) -> None: ...
+    def __init__(self, responder: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., linked: bool = ..., known: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ("sender_id", "round")
@@ -89,7 +72,7 @@ class ModelHeader(_message.Message):
     SHA256_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     round: int
-    layout: Layout
+    layout: _common_pb2.Layout
     num_examples: int
     degree: int
     push_weight: float
@@ -97,7 +80,7 @@ class ModelHeader(_message.Message):
     version: str
     total_bytes: int
     sha256: str
-    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., num_examples: _Optional[int] = ..., degree: _Optional[int] = ..., push_weight: _Optional[float] = ..., base_version: _Optional[str] = ..., version: _Optional[str] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ..., layout: _Optional[_Union[_common_pb2.Layout, _Mapping]] = ..., num_examples: _Optional[int] = ..., degree: _Optional[int] = ..., push_weight: _Optional[float] = ..., base_version: _Optional[str] = ..., version: _Optional[str] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class ModelChunk(_message.Message):
     __slots__ = ("header", "data")
@@ -115,7 +98,7 @@ class PushAck(_message.Message):
     accepted: bool
     reason: str
     round: int
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+    def __init__(self, accepted: bool = ..., reason: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("sender_id",)
@@ -145,7 +128,7 @@ class NeighbourStatus(_message.Message):
     seconds_since_seen: float
     bytes_sent: int
     bytes_received: int
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., blocked: _Optional[bool] = ..., round: _Optional[int] = ..., seconds_since_seen: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., alive: bool = ..., blocked: bool = ..., round: _Optional[int] = ..., seconds_since_seen: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("node_id", "round", "finished", "accuracy", "num_examples", "model_sha256", "rejected", "last_rejection", "neighbours", "bytes_sent", "bytes_received", "consensus_gap")
@@ -173,4 +156,4 @@ class StatusResponse(_message.Message):
     bytes_sent: int
     bytes_received: int
     consensus_gap: float
-    def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., finished: _Optional[bool] = ..., accuracy: _Optional[float] = ..., num_examples: _Optional[int] = ..., model_sha256: _Optional[str] = ..., rejected: _Optional[int] = ..., last_rejection: _Optional[str] = ..., neighbours: _Optional[_Iterable[_Union[NeighbourStatus, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., consensus_gap: _Optional[float] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., finished: bool = ..., accuracy: _Optional[float] = ..., num_examples: _Optional[int] = ..., model_sha256: _Optional[str] = ..., rejected: _Optional[int] = ..., last_rejection: _Optional[str] = ..., neighbours: _Optional[_Iterable[_Union[NeighbourStatus, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., consensus_gap: _Optional[float] = ...) -> None: ...
