@@ -2,9 +2,10 @@
 
 Subcommands: ``coordinator`` (serve a run), ``client`` (a reference client),
 ``sim`` (in-process simulation), ``demo``, ``monitor`` (the web monitor),
-``ledger`` (verify or export a contribution ledger) and ``gossip`` (peer-to-peer
-learning). Each lives in a module of this package with a ``register(sub)``
-function; user errors print one line and exit with status 2.
+``ledger`` (verify or export a contribution ledger), ``gossip`` (peer-to-peer
+learning) and ``certs`` (a CA for TLS). Each lives in a module of this
+package with a ``register(sub)`` function; user errors print one line and exit
+with status 2.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedplat.cli import demo, gossip, ledger, monitor, run
+from fedplat.cli import certs, demo, gossip, ledger, monitor, run
 from fedplat.cli.common import CliError, setup_logging
 
-_COMMANDS = (run, demo, monitor, ledger, gossip)
+_COMMANDS = (run, demo, monitor, ledger, gossip, certs)
 DESCRIPTION = (
     "fedplat: federated learning with a gRPC coordinator, a client SDK, "
     "in-process simulation, a web monitor of runs, a tamper-evident contribution "

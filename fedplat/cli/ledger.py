@@ -30,12 +30,12 @@ def _open_ledger(args: argparse.Namespace) -> tuple[Any, Any] | None:
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Check a run's contribution ledger; exit 1 and name each bad entry."""
-    from fedplat.contribution.keys import LedgerKeyError, load_public_key
     from fedplat.contribution.ledger import verify_run_ledger
+    from fedplat.security.keys import KeyFileError, load_public_key
 
     try:
         key = load_public_key(args.public_key) if args.public_key else None
-    except LedgerKeyError as exc:
+    except KeyFileError as exc:
         print(f"fedplat: {exc}", file=sys.stderr)
         return 2
     opened = _open_ledger(args)

@@ -8,7 +8,7 @@
   (:mod:`~fedplat.contribution.flags`);
 * reward shares (:mod:`~fedplat.contribution.rewards`);
 * the hash-chained, Ed25519-signed ledger (:mod:`~fedplat.contribution.ledger`,
-  :mod:`~fedplat.contribution.keys`);
+  :mod:`~fedplat.security.keys`);
 * the coordinator hook :class:`ContributionAccountant`.
 
 See docs/contribution.md and ALGORITHMS.md section 5.
@@ -25,14 +25,6 @@ from fedplat.contribution.accountant import (
     make_utility_from_accuracy,
 )
 from fedplat.contribution.config import ContributionSection, FlagSection, GTGSection
-from fedplat.contribution.keys import (
-    LedgerKeyError,
-    key_id,
-    load_or_create_signing_key,
-    load_public_key,
-    load_signing_key,
-    public_key_pem,
-)
 from fedplat.contribution.ledger import (
     LedgerEntry,
     LedgerHead,
@@ -57,6 +49,14 @@ from fedplat.contribution.shapley import (
 )
 from fedplat.contribution.similarity import coordinate_median, cosine_to_reference
 from fedplat.contribution.utility import SubsetUtility, UtilityError
+from fedplat.security.keys import (
+    KeyFileError,
+    key_id,
+    load_or_create_signing_key,
+    load_public_key,
+    load_signing_key,
+    public_key_pem,
+)
 
 __all__ = [
     "ClientContribution",
@@ -70,9 +70,9 @@ __all__ = [
     "GTGResult",
     "GTGSection",
     "GTGSettings",
+    "KeyFileError",
     "LedgerEntry",
     "LedgerHead",
-    "LedgerKeyError",
     "LedgerProblem",
     "LedgerReport",
     "RoundContribution",

@@ -45,7 +45,6 @@ from fedplat.contribution.flags import (
     replayed_updates,
     zero_updates,
 )
-from fedplat.contribution.keys import key_id
 from fedplat.contribution.ledger import (
     GENESIS_HASH,
     LedgerEntry,
@@ -67,6 +66,7 @@ from fedplat.contribution.utility import (
     UtilityError,
     UtilityFn,
 )
+from fedplat.security.keys import key_id
 
 log = logging.getLogger("fedplat.contribution")
 
@@ -269,7 +269,7 @@ class ContributionAccountant:
         The run; its existing ledger (a resumed run) is loaded and continued.
     signing_key
         The coordinator's Ed25519 key
-        (:func:`fedplat.contribution.keys.load_or_create_signing_key`), or
+        (:func:`fedplat.security.keys.load_or_create_signing_key`), or
         ``None`` for an unsigned, hash-chained-only ledger.
 
     Raises

@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from fedplat.contribution.keys import (
-    LedgerKeyError,
+from fedplat.security.keys import (
+    KeyFileError,
     key_id,
     public_key_from_pem,
     public_key_pem,
@@ -337,7 +337,7 @@ def verify_ledger(
     if head is not None and head.public_key_pem is not None:
         try:
             stored_key = public_key_from_pem(head.public_key_pem)
-        except LedgerKeyError as exc:
+        except KeyFileError as exc:
             problem("key", f"the stored public key is unusable: {exc}")
     verify_key = public_key if public_key is not None else stored_key
     kid = None if verify_key is None else key_id(verify_key)

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedplat.cli import main as cli_main
 from fedplat.contribution import (
-    LedgerKeyError,
+    KeyFileError,
     key_id,
     load_or_create_signing_key,
     load_public_key,
@@ -360,14 +360,14 @@ def test_key_readable_by_others_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.pem"
     load_or_create_signing_key(path)
     os.chmod(path, 0o644)
-    with pytest.raises(LedgerKeyError, match="chmod 600"):
+    with pytest.raises(KeyFileError, match="chmod 600"):
         load_signing_key(path)
     bad = tmp_path / "bad.pem"
     bad.write_text("not a key")
     os.chmod(bad, 0o600)
-    with pytest.raises(LedgerKeyError):
+    with pytest.raises(KeyFileError):
         load_signing_key(bad)
-    with pytest.raises(LedgerKeyError):
+    with pytest.raises(KeyFileError):
         load_public_key(bad)
 
 

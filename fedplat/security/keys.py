@@ -1,8 +1,9 @@
-"""The coordinator's Ed25519 ledger key: created once, kept as a 0600 PEM file.
+"""Ed25519 key files: created once, kept as 0600 PKCS#8 PEM files.
 
-The private key signs the ledger (:mod:`fedplat.contribution.ledger`); its public
-half is stored with the run so anyone can verify without the private key, and is
-what an auditor pins with ``fedplat ledger verify --public-key``.
+One home for every long-lived signing key: the coordinator's ledger key (its
+public half is stored with the run and pinned with ``fedplat ledger verify
+--public-key``), a client's identity key (registered at enrolment, signs updates)
+and a gossip peer's key (signs exchanges).
 """
 
 from __future__ import annotations
@@ -21,16 +22,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 _PRIVATE_MODE = 0o600
 
 
-class LedgerKeyError(ValueError):
+class KeyFileError(ValueError):
     """A key file is missing, unreadable, not Ed25519, or readable by others."""
+
+
+def raw_public_key(public_key: Ed25519PublicKey) -> bytes:
+    """The 32 raw bytes of a public key (what travels in protocol messages)."""
+    return public_key.public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
     """Fingerprint: hex SHA-256 of the raw 32-byte public key (64 characters)."""
-    raw = public_key.public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
-    return hashlib.sha256(raw).hexdigest()
+    return hashlib.sha256(raw_public_key(public_key)).hexdigest()
 
 
 def public_key_pem(public_key: Ed25519PublicKey) -> str:
@@ -47,13 +52,13 @@ def public_key_from_pem(pem: str | bytes) -> Ed25519PublicKey:
         if b"PRIVATE KEY" in data:
             private = serialization.load_pem_private_key(data, password=None)
             if not isinstance(private, Ed25519PrivateKey):
-                raise LedgerKeyError("not an Ed25519 private key")
+                raise KeyFileError("not an Ed25519 private key")
             return private.public_key()
         public = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
-        raise LedgerKeyError(f"not a PEM key: {exc}") from exc
+        raise KeyFileError(f"not a PEM key: {exc}") from exc
     if not isinstance(public, Ed25519PublicKey):
-        raise LedgerKeyError("not an Ed25519 public key")
+        raise KeyFileError("not an Ed25519 public key")
     return public
 
 
@@ -63,7 +68,7 @@ def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     try:
         data = p.read_bytes()
     except OSError as exc:
-        raise LedgerKeyError(f"cannot read key file {p}: {exc}") from exc
+        raise KeyFileError(f"cannot read key file {p}: {exc}") from exc
     return public_key_from_pem(data)
 
 
@@ -72,7 +77,7 @@ def load_signing_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
     Raises
     ------
-    LedgerKeyError
+    KeyFileError
         If the file is missing, not an Ed25519 key, or readable by group or
         others (like OpenSSH, a private key anyone can read is refused).
     """
@@ -81,18 +86,18 @@ def load_signing_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
         mode = p.stat().st_mode
         data = p.read_bytes()
     except OSError as exc:
-        raise LedgerKeyError(f"cannot read key file {p}: {exc}") from exc
+        raise KeyFileError(f"cannot read key file {p}: {exc}") from exc
     if os.name == "posix" and stat.S_IMODE(mode) & 0o077:
-        raise LedgerKeyError(
+        raise KeyFileError(
             f"key file {p} is accessible by others (mode "
             f"{stat.S_IMODE(mode):04o}); run `chmod 600 {p}`"
         )
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise LedgerKeyError(f"{p} is not an unencrypted PEM private key") from exc
+        raise KeyFileError(f"{p} is not an unencrypted PEM private key") from exc
     if not isinstance(key, Ed25519PrivateKey):
-        raise LedgerKeyError(f"{p} holds a {type(key).__name__}, not Ed25519")
+        raise KeyFileError(f"{p} holds a {type(key).__name__}, not Ed25519")
     return key
 
 
