@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from fedplat.aggregators.base import check_float as _check_float
 from fedplat.aggregators.base import check_int as _check_int
-from fedplat.aggregators.registry import Registry
+
+from fedplat.registry import Registry
 
 
 class AttackError(ValueError):

@@ -1,90 +1,18 @@
-"""Explicit registries: rules, pre-aggregators (and attacks, in ``attacks.py``).
-
-Each registry is a plain dict filled by explicit ``register_*`` calls (no lookup by
-reflection on a module). Registering a name twice is an error; creating an unknown
-name lists the valid ones; an unknown parameter names itself and the accepted ones
-instead of being dropped silently.
-"""
+"""The rule and pre-aggregator registries (:class:`fedplat.registry.Registry`)."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from fedplat.aggregators.base import AggregationError, Aggregator, PreAggregator
 
-T = TypeVar("T")
-
-
-def _accepted_params(factory: Callable[..., Any]) -> list[str]:
-    try:
-        sig = inspect.signature(factory)
-    except (TypeError, ValueError):  # builtins without a signature
-        return []
-    return [
-        p.name
-        for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-
-
-class Registry(Generic[T]):
-    """Name -> factory map for one kind of component.
-
-    Parameters
-    ----------
-    kind : str
-        What the registry holds (``"aggregator"``), used in error messages.
-    error : type of Exception
-        Raised for duplicate names, unknown names and bad parameters.
-    """
-
-    def __init__(self, kind: str, error: type[Exception] = AggregationError) -> None:
-        self.kind = kind
-        self.error = error
-        self._factories: dict[str, Callable[..., T]] = {}
-
-    @staticmethod
-    def _key(name: str) -> str:
-        return name.strip().lower()
-
-    def register(self, name: str, factory: Callable[..., T]) -> None:
-        """Add ``factory`` under ``name`` (case-insensitive); duplicates are errors."""
-        key = self._key(name)
-        if not key:
-            raise self.error(f"{self.kind} name must be non-empty")
-        if key in self._factories:
-            raise self.error(f"{self.kind} {key!r} is already registered")
-        self._factories[key] = factory
-
-    def available(self) -> list[str]:
-        return sorted(self._factories)
-
-    def create(self, name: str, **params: Any) -> T:
-        """Build ``name`` with ``params``; unknown names and parameters are errors."""
-        key = self._key(name)
-        if key not in self._factories:
-            valid = ", ".join(self.available())
-            raise self.error(f"unknown {self.kind} {name!r}; available: {valid}")
-        factory = self._factories[key]
-        accepted = _accepted_params(factory)
-        unknown = sorted(set(params) - set(accepted)) if accepted else []
-        if unknown:
-            raise self.error(
-                f"unknown parameter(s) {', '.join(map(repr, unknown))} for {self.kind} "
-                f"{key!r}; accepted: {', '.join(accepted) or 'none'}"
-            )
-        try:
-            return factory(**params)
-        except TypeError as exc:
-            raise self.error(f"bad parameters for {self.kind} {key!r}: {exc}") from exc
-
+from fedplat.registry import Registry
 
 AggregatorFactory = Callable[..., Aggregator]
 
-_AGGREGATORS: Registry[Aggregator] = Registry("aggregator")
-_PRE_AGGREGATORS: Registry[PreAggregator] = Registry("pre-aggregator")
+_AGGREGATORS: Registry[Aggregator] = Registry("aggregator", AggregationError)
+_PRE_AGGREGATORS: Registry[PreAggregator] = Registry("pre-aggregator", AggregationError)
 
 
 def register_aggregator(name: str, factory: AggregatorFactory) -> None:

@@ -31,26 +31,15 @@ def _shape_and_classes(cfg: RunConfig) -> tuple[tuple[int, ...], int]:
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:
     """The run's model, initialised deterministically from ``run.seed``."""
-    from fedplat.models import resolve_model_factory
+    from fedplat.models import create_model
 
-    try:
-        factory = resolve_model_factory(cfg.model.name)
-    except (ValueError, ImportError, AttributeError) as exc:
-        raise ConfigError(f"model: {exc}") from exc
     shape, classes = _shape_and_classes(cfg)
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.run.seed)
-        try:
-            model = factory(shape, classes, **cfg.model.params)
-        except TypeError as exc:
-            raise ConfigError(
-                f"model {cfg.model.name!r}: bad parameters: {exc}"
-            ) from exc
-    if not isinstance(model, torch.nn.Module):
-        raise ConfigError(
-            f"model factory {cfg.model.name!r} did not return a torch Module"
+    try:
+        return create_model(
+            cfg.model.name, shape, classes, seed=cfg.run.seed, **cfg.model.params
         )
-    return model
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"model {cfg.model.name!r}: {exc}") from exc
 
 
 class Evaluator:

@@ -1,13 +1,12 @@
 """Explicit compressor registry: ``register_compressor`` / ``create_compressor``.
 
-Parameters are checked against the factory's signature before it runs, so a
-misspelled key in a run config fails loudly with the list of valid keys instead of
-being dropped.
+A :class:`fedplat.registry.Registry`: parameters are checked against the
+factory's signature before it runs, so a misspelled key in a run config fails
+loudly with the list of valid keys instead of being dropped.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ from fedplat.compression.base import CompressionError, Compressor
 from fedplat.compression.basic import FP16, Identity, TopK
 from fedplat.compression.dgc import DGC
 from fedplat.compression.sketch import AMSSketch, CountSketch, GaussianSketch
+from fedplat.registry import Registry, accepted_params
 from fedplat.vectors import Layout
 
 __all__ = [
@@ -26,38 +26,16 @@ __all__ = [
 
 CompressorFactory = Callable[..., Compressor]
 
-_REGISTRY: dict[str, CompressorFactory] = {}
+_REGISTRY: Registry[Compressor] = Registry("compressor", CompressionError)
 
 
 def register_compressor(name: str, factory: CompressorFactory) -> None:
     """Add a compressor under ``name``; registering a name twice is an error."""
-    key = name.strip().lower()
-    if not key:
-        raise CompressionError("compressor name must be non-empty")
-    if key in _REGISTRY:
-        raise CompressionError(f"compressor {key!r} is already registered")
-    _REGISTRY[key] = factory
+    _REGISTRY.register(name, factory)
 
 
 def available_compressors() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def _valid_params(factory: CompressorFactory) -> list[str] | None:
-    """Keyword names the factory accepts, or ``None`` if it takes ``**kwargs``."""
-    params = inspect.signature(factory).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return [
-        p.name
-        for p in params
-        if p.kind
-        in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
-
-
-def _takes_layout(factory: CompressorFactory) -> bool:
-    return "layout" in inspect.signature(factory).parameters
+    return _REGISTRY.available()
 
 
 def create_compressor(
@@ -77,27 +55,10 @@ def create_compressor(
         Unknown name (lists the registered ones), unknown parameter (names it
         and lists the valid ones), or a value the compressor rejects.
     """
-    key = name.strip().lower()
-    if key not in _REGISTRY:
-        raise CompressionError(
-            f"unknown compressor {name!r}; "
-            f"available: {', '.join(available_compressors())}"
-        )
-    factory = _REGISTRY[key]
-    valid = _valid_params(factory)
-    if valid is not None:
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise CompressionError(
-                f"unknown parameter(s) {unknown} for compressor {key!r}; "
-                f"valid: {sorted(valid)}"
-            )
-    if layout is not None and "layout" not in params and _takes_layout(factory):
+    takes_layout = "layout" in (accepted_params(_REGISTRY.get(name)) or [])
+    if layout is not None and "layout" not in params and takes_layout:
         params["layout"] = layout
-    try:
-        return factory(**params)
-    except TypeError as exc:
-        raise CompressionError(f"bad parameters for compressor {key!r}: {exc}") from exc
+    return _REGISTRY.create(name, **params)
 
 
 def _fp16(

@@ -29,6 +29,7 @@ from fedplat.contribution.loo import leave_one_out
 from fedplat.contribution.shapley import GTGSettings, exact_shapley, gtg_shapley
 from fedplat.contribution.similarity import cosine_to_reference
 from fedplat.contribution.utility import SubsetUtility
+from fedplat.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -87,32 +88,27 @@ class ScorerSpec:
     fn: Scorer
     uses_utility: bool
 
+    def __call__(self, game: RoundGame) -> ScorerOutput:
+        return self.fn(game)
 
-_SCORERS: dict[str, ScorerSpec] = {}
+
+_SCORERS: Registry[ScorerOutput] = Registry("scorer", ValueError)
 
 
 def register_scorer(name: str, fn: Scorer, *, uses_utility: bool) -> None:
     """Add a scorer under ``name``; registering a name twice is an error."""
-    key = name.strip()
-    if not key:
-        raise ValueError("scorer name must be non-empty")
-    if key in _SCORERS:
-        raise ValueError(f"scorer {key!r} is already registered")
-    _SCORERS[key] = ScorerSpec(fn, uses_utility)
+    _SCORERS.register(name, ScorerSpec(fn, uses_utility))
 
 
 def available_scorers() -> list[str]:
     """Registered scorer names."""
-    return sorted(_SCORERS)
+    return _SCORERS.available()
 
 
 def get_scorer(name: str) -> ScorerSpec:
     """The scorer registered as ``name``; an unknown name lists the valid ones."""
     spec = _SCORERS.get(name)
-    if spec is None:
-        raise ValueError(
-            f"unknown scorer {name!r}; available: {', '.join(available_scorers())}"
-        )
+    assert isinstance(spec, ScorerSpec)
     return spec
 
 

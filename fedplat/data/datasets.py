@@ -20,13 +20,15 @@ import gzip
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from fedplat.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -423,16 +425,14 @@ def load_digits(
 
 # ---------------------------------------------------------------------- registry
 
-_LOADERS: dict[str, Callable[..., Dataset]] = {
-    "fashion_mnist": load_fashion_mnist,
-    "digits": load_digits,
-}
-_ALIASES = {"fashion-mnist": "fashion_mnist"}
+_LOADERS: Registry[Dataset] = Registry("dataset", DatasetError)
+_LOADERS.register("fashion_mnist", load_fashion_mnist)
+_LOADERS.register("digits", load_digits)
 
 
 def available_datasets() -> list[str]:
     """Canonical names accepted by :func:`load_dataset` (whether installed or not)."""
-    return sorted(_LOADERS)
+    return _LOADERS.available()
 
 
 def load_dataset(
@@ -459,14 +459,9 @@ def load_dataset(
         Unknown name, invalid split or keywords, or (``fallback=False``) missing
         files (:class:`DatasetNotFoundError`).
     """
-    key = _ALIASES.get(name, name)
-    if key not in _LOADERS:
-        raise DatasetError(
-            f"unknown dataset {name!r}; valid names: "
-            f"{available_datasets() + sorted(_ALIASES)}"
-        )
+    key = name.replace("-", "_")  # "fashion-mnist" is accepted too
+    loader = _LOADERS.get(key)
     _check_split(split)
-    loader = _LOADERS[key]
     accepted = set(inspect.signature(loader).parameters) - {"split"}
     unknown = sorted(set(kw) - accepted)
     if unknown:  # never drop a misspelled keyword silently

@@ -8,11 +8,14 @@ deterministic given ``seed`` (a fresh ``numpy.random.default_rng(seed)``).
 
 from __future__ import annotations
 
+import inspect
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from fedplat.registry import Registry
 
 Partition = list[np.ndarray]
 
@@ -337,24 +340,20 @@ def _sized(
     return sized(len(labels), sizes, seed)
 
 
-# name: (adapter, required params, optional params)
-_Entry = tuple[Callable[..., Partition], frozenset[str], frozenset[str]]
-_PARTITIONERS: dict[str, _Entry] = {
-    "iid": (_iid, frozenset(), frozenset()),
-    "dirichlet": (
-        _dirichlet,
-        frozenset({"alpha"}),
-        frozenset({"min_size", "balance", "max_retries"}),
-    ),
-    "shards": (_shards, frozenset(), frozenset({"shards_per_client"})),
-    "label_sorted": (_label_sorted, frozenset(), frozenset()),
-    "sized": (_sized, frozenset({"sizes"}), frozenset()),
-}
+_PARTITIONERS: Registry[Partition] = Registry("partitioner", ValueError)
+for _name, _fn in (
+    ("iid", _iid),
+    ("dirichlet", _dirichlet),
+    ("shards", _shards),
+    ("label_sorted", _label_sorted),
+    ("sized", _sized),
+):
+    _PARTITIONERS.register(_name, _fn)
 
 
 def available_partitioners() -> list[str]:
     """Names accepted by :func:`partition`."""
-    return sorted(_PARTITIONERS)
+    return _PARTITIONERS.available()
 
 
 def partition(
@@ -383,11 +382,11 @@ def partition(
         ``n_clients`` int64 index arrays.
     """
     key = name.replace("-", "_")
-    if key not in _PARTITIONERS:
-        raise ValueError(
-            f"unknown partitioner {name!r}; valid names: {available_partitioners()}"
-        )
-    fn, required, optional = _PARTITIONERS[key]
+    fn = _PARTITIONERS.get(key)
+    # (labels, n_clients, seed) come first; the rest are the partitioner's own.
+    own = list(inspect.signature(fn).parameters.values())[3:]
+    required = {p.name for p in own if p.default is p.empty}
+    optional = {p.name for p in own} - required
     unknown = sorted(set(params) - required - optional)
     if unknown:
         raise ValueError(

@@ -7,8 +7,6 @@ returning an ``nn.Module`` that maps ``float32 [B, *input_shape]`` to logits
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -16,6 +14,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from fedplat.registry import Registry, accepted_params
 
 ModelFactory = Callable[..., nn.Module]
 
@@ -164,7 +164,7 @@ class CNN(nn.Module):
 
 # ---------------------------------------------------------------------- registry
 
-_REGISTRY: dict[str, ModelFactory] = {}
+_REGISTRY: Registry[nn.Module] = Registry("model", ModelSpecError, imports=True)
 
 
 def register_model(name: str, factory: ModelFactory) -> None:
@@ -172,27 +172,20 @@ def register_model(name: str, factory: ModelFactory) -> None:
 
     Raises
     ------
-    ValueError
+    ModelSpecError
         If ``name`` is empty, contains ``":"`` (reserved for import paths), or is
         already registered.
     TypeError
         If ``factory`` is not callable.
     """
-    if not name or ":" in name:
-        raise ValueError(f"model name must be non-empty without ':', got {name!r}")
     if not callable(factory):
         raise TypeError(f"factory for model {name!r} is not callable: {factory!r}")
-    if name in _REGISTRY:
-        raise ValueError(
-            f"model {name!r} is already registered (to {_REGISTRY[name]!r}); "
-            "choose another name"
-        )
-    _REGISTRY[name] = factory
+    _REGISTRY.register(name, factory)
 
 
 def available_models() -> list[str]:
     """Registered model names."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.available()
 
 
 def resolve_model_factory(spec: str) -> ModelFactory:
@@ -207,51 +200,15 @@ def resolve_model_factory(spec: str) -> ModelFactory:
         (a ``ValueError``) for an unknown name, an unimportable module, a
         missing attribute, or an attribute that is not callable.
     """
-    if ":" not in spec:
-        if spec not in _REGISTRY:
-            raise ModelSpecError(
-                f"unknown model {spec!r}; registered models: {available_models()} "
-                "(or give an import path 'package.module:factory')"
-            )
-        return _REGISTRY[spec]
-    module_name, _, attr_path = spec.partition(":")
-    if not module_name or not attr_path:
-        raise ModelSpecError(
-            f"model import path must look like 'package.module:factory', got {spec!r}"
-        )
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ModelSpecError(
-            f"cannot import module {module_name!r} for model {spec!r}: {exc}"
-        ) from exc
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise ModelSpecError(
-                f"{module_name!r} has no attribute {attr_path!r} (model {spec!r})"
-            ) from exc
-    if not callable(obj):
-        raise ModelSpecError(f"model {spec!r} resolves to a non-callable {obj!r}")
-    return obj
+    return _REGISTRY.get(spec)
 
 
 def _check_params(factory: ModelFactory, spec: str, params: dict[str, Any]) -> None:
     """Reject keywords the factory does not take (no silent typos)."""
-    try:
-        sig = inspect.signature(factory)
-    except (TypeError, ValueError):  # some builtins have no signature
+    names = accepted_params(factory)
+    if names is None:
         return
-    ps = sig.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps):
-        return
-    accepted = {
-        p.name
-        for p in ps
-        if p.kind
-        in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    } - {"input_shape", "num_classes"}
+    accepted = set(names) - {"input_shape", "num_classes"}
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ModelSpecError(

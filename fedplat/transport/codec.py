@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
+from fedplat.registry import Registry
 from fedplat.transport.errors import InvalidArgument
 
 DENSE_F32 = "dense-f32le"
@@ -21,17 +22,15 @@ DENSE_F32 = "dense-f32le"
 PAYLOAD_V1 = "fedplat-payload-v1"
 
 Decoder = Callable[[bytes, int, Mapping[str, str]], torch.Tensor]
-_DECODERS: dict[str, Decoder] = {}
+_DECODERS: Registry[torch.Tensor] = Registry("encoding", InvalidArgument)
 
 
 def register_decoder(encoding: str, decoder: Decoder) -> None:
-    if encoding in _DECODERS:
-        raise ValueError(f"decoder for {encoding!r} is already registered")
-    _DECODERS[encoding] = decoder
+    _DECODERS.register(encoding, decoder)
 
 
 def available_encodings() -> list[str]:
-    return sorted(_DECODERS)
+    return _DECODERS.available()
 
 
 def encode_dense(vec: torch.Tensor) -> bytes:
@@ -62,12 +61,7 @@ def decode(
     encoding: str, data: bytes, numel: int, params: Mapping[str, str] | None = None
 ) -> torch.Tensor:
     """Decode an update's bytes into a finite ``[numel]`` float32 vector."""
-    if encoding not in _DECODERS:
-        raise InvalidArgument(
-            f"unknown encoding {encoding!r}; "
-            f"supported: {', '.join(available_encodings())}"
-        )
-    vec = _DECODERS[encoding](data, numel, params or {})
+    vec = _DECODERS.get(encoding)(data, numel, params or {})
     if vec.shape != (numel,):
         raise InvalidArgument(
             f"decoded update has shape {list(vec.shape)}, expected [{numel}]"
