@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.contribution.config import ContributionSection
 
 MiB = 1024 * 1024
@@ -32,17 +31,13 @@ class ConfigError(ValueError):
     """The run configuration is missing, unreadable or invalid."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RunSection(_Strict):
+class RunSection(Strict):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
     rounds: int = Field(ge=1, le=1_000_000)
     seed: int = 0
 
 
-class ModelSection(_Strict):
+class ModelSection(Strict):
     # A name registered in fedplat.models or an import path "package.module:factory";
     # the factory is called as factory(input_shape, num_classes, **params).
     name: str = "mlp"
@@ -51,14 +46,14 @@ class ModelSection(_Strict):
     num_classes: int | None = Field(default=None, ge=2)
 
 
-class DataSection(_Strict):
+class DataSection(Strict):
     dataset: str = "fashion_mnist"
     eval_split: str = "test"
     eval_max_examples: int | None = Field(default=None, ge=1)
     eval_every: int = Field(default=1, ge=1)
 
 
-class SelectionSection(_Strict):
+class SelectionSection(Strict):
     clients_per_round: int = Field(default=10, ge=1)
     fraction: float | None = Field(default=None, gt=0.0, le=1.0)
     min_available: int = Field(default=2, ge=1)
@@ -79,7 +74,7 @@ class SelectionSection(_Strict):
         return self
 
 
-class DeadlineSection(_Strict):
+class DeadlineSection(Strict):
     round_seconds: float = Field(default=120.0, gt=0)
     # A round closes early once every selected client answered; with this set it
     # also closes as soon as quorum is reached and this many seconds passed.
@@ -88,7 +83,7 @@ class DeadlineSection(_Strict):
     max_round_attempts: int = Field(default=5, ge=1)
 
 
-class ClientTrainingSection(_Strict):
+class ClientTrainingSection(Strict):
     epochs: int = Field(default=1, ge=1)
     batch_size: int = Field(default=32, ge=1)
     lr: float = Field(default=0.05, gt=0)
@@ -97,19 +92,19 @@ class ClientTrainingSection(_Strict):
     max_steps: int | None = Field(default=None, ge=1)
 
 
-class PreAggregatorSpec(_Strict):
+class PreAggregatorSpec(Strict):
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class AggregatorSection(_Strict):
+class AggregatorSection(Strict):
     name: str = "fedavg"
     params: dict[str, Any] = Field(default_factory=dict)
     pre: list[PreAggregatorSpec] = Field(default_factory=list)
     weighted: bool = True  # pass example counts as weights to the rule
 
 
-class ServerOptimizerSection(_Strict):
+class ServerOptimizerSection(Strict):
     name: Literal["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"] = "fedavg"
     lr: float = Field(default=1.0, gt=0)
     # "cosine": lr_min + (lr - lr_min) (1 + cos(pi (t - 1) / T)) / 2 in round t of
@@ -129,7 +124,7 @@ class ServerOptimizerSection(_Strict):
     tau: float = Field(default=1e-3, gt=0)
 
 
-class CompressionSection(_Strict):
+class CompressionSection(Strict):
     """Uplink compression, applied by every client as a middleware layer.
 
     ``name`` is a compressor from ``fedplat.compression`` (identity, fp16, topk,
@@ -140,7 +135,7 @@ class CompressionSection(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class PrivacySection(_Strict):
+class PrivacySection(Strict):
     """Differential privacy of client updates.
 
     ``local``: each client clips what it sends (e.g. its sketch) to ``clip_norm``
@@ -170,22 +165,22 @@ class PrivacySection(_Strict):
         return self
 
 
-class StoreSection(_Strict):
+class StoreSection(Strict):
     url: str = "runs/fedplat.db"
 
 
-class CheckpointSection(_Strict):
+class CheckpointSection(Strict):
     dir: str = "runs/checkpoints"
     keep_last: int = Field(default=3, ge=1)
 
 
-class TlsSection(_Strict):
+class TlsSection(Strict):
     cert: str
     key: str
     client_ca: str | None = None  # set to require client certificates (mTLS)
 
 
-class ServerSection(_Strict):
+class ServerSection(Strict):
     address: str = "127.0.0.1:50051"
     # Plaintext gRPC must be asked for explicitly; otherwise TLS is required.
     insecure: bool = False
@@ -211,7 +206,7 @@ class ServerSection(_Strict):
         return self
 
 
-class RunConfig(_Strict):
+class RunConfig(Strict):
     run: RunSection
     model: ModelSection = ModelSection()
     data: DataSection = DataSection()
@@ -282,11 +277,8 @@ def parse_config(data: dict[str, Any], source: str = "<dict>") -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"invalid run configuration in {source}:"]
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {err['msg']}")
-        raise ConfigError("\n".join(lines)) from None
+        header = f"invalid run configuration in {source}:"
+        raise ConfigError(validation_message(exc, header)) from None
 
 
 def load_config(
@@ -296,24 +288,10 @@ def load_config(
     environ: dict[str, str] | None = None,
 ) -> RunConfig:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run file and validate it."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix == ".toml":
-            data: Any = tomllib.loads(text)
-        elif p.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
-            raise ConfigError(f"config file {p}: use .toml, .yaml or .yml")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot parse {p}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    data = read_mapping(path, "config", ConfigError)
     data = _deep_merge(
         data, _env_overrides(dict(os.environ if environ is None else environ))
     )
     if overrides:
         data = _deep_merge(data, overrides)
-    return parse_config(data, str(p))
+    return parse_config(data, str(path))

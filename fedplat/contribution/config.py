@@ -16,18 +16,15 @@ Example (YAML)::
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from fedplat.config import Strict
 from fedplat.contribution.flags import FlagThresholds
 from fedplat.contribution.scorers import available_scorers, get_scorer
 from fedplat.contribution.shapley import EXACT_MAX_CLIENTS, GTGSettings
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GTGSection(_Strict):
+class GTGSection(Strict):
     """GTG-Shapley rules; defaults are ALGORITHMS.md 5, steps 2 to 5."""
 
     round_truncation: float = Field(default=0.01, ge=0, allow_inf_nan=False)
@@ -50,7 +47,7 @@ class GTGSection(_Strict):
         return GTGSettings(**self.model_dump())
 
 
-class FlagSection(_Strict):
+class FlagSection(Strict):
     """Flag thresholds (see :mod:`fedplat.contribution.flags`)."""
 
     outlier_z: float = Field(default=3.5, gt=0, allow_inf_nan=False)
@@ -72,7 +69,7 @@ class FlagSection(_Strict):
         )
 
 
-class ContributionSection(_Strict):
+class ContributionSection(Strict):
     """Contribution accounting of a run.
 
     Attributes

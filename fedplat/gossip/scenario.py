@@ -44,14 +44,12 @@ Actions:
 from __future__ import annotations
 
 import os
-import tomllib
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.gossip.mixing import Rule
 from fedplat.gossip.topology import TopologyError, TopologyKind, build_topology
 
@@ -68,10 +66,6 @@ class ScenarioError(ValueError):
     """A scenario file is missing, unreadable or invalid; the message says where."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class TopologySpec(BaseModel):
     """``kind`` plus the builder's parameters (checked by building the graph)."""
 
@@ -83,7 +77,7 @@ class TopologySpec(BaseModel):
         return dict(self.model_extra or {})
 
 
-class DataSpec(_Strict):
+class DataSpec(Strict):
     dataset: str = "digits"
     partition: Literal["iid", "dirichlet", "shards", "label_sorted"] = "iid"
     alpha: float | None = Field(default=None, gt=0)
@@ -94,19 +88,19 @@ class DataSpec(_Strict):
     final_test_examples: int | None = Field(default=None, ge=1)
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     name: str = "mlp"
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class TrainingSpec(_Strict):
+class TrainingSpec(Strict):
     epochs: int = Field(default=1, ge=1)
     batch_size: int = Field(default=32, ge=1)
     lr: float = Field(default=0.05, gt=0)
     max_steps: int | None = Field(default=None, ge=1)
 
 
-class MixingSpec(_Strict):
+class MixingSpec(Strict):
     rule: Rule = "decavg"
     # NoLoCo only: use the paper's outer step (momentum + consensus pull) instead
     # of plain pairwise averaging.
@@ -115,18 +109,18 @@ class MixingSpec(_Strict):
     beta: float = Field(default=0.5, ge=0, lt=1)
 
 
-class LinkSpec(_Strict):
+class LinkSpec(Strict):
     """How models travel on links: a :mod:`fedplat.compression` compressor."""
 
     compressor: str = "identity"
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class EvalSpec(_Strict):
+class EvalSpec(Strict):
     every: int = Field(default=1, ge=1)
 
 
-class Target(_Strict):
+class Target(Strict):
     """Which nodes or links: the top ``fraction``/``count`` by centrality, or random."""
 
     by: Literal["degree", "betweenness", "random"]
@@ -150,7 +144,7 @@ class Target(_Strict):
 Edge = Annotated[list[int], Field(min_length=2, max_length=2)]
 
 
-class _EventBase(_Strict):
+class _EventBase(Strict):
     round: int = Field(ge=0)
 
 
@@ -222,7 +216,7 @@ Event = Annotated[
 ]
 
 
-class Scenario(_Strict):
+class Scenario(Strict):
     """A validated scenario (see the module docstring for the file format)."""
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
@@ -310,11 +304,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         s = Scenario.model_validate(data)
     except ValidationError as exc:
-        lines = [f"invalid scenario {source}:"]
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {err['msg']}")
-        raise ScenarioError("\n".join(lines)) from None
+        header = f"invalid scenario {source}:"
+        raise ScenarioError(validation_message(exc, header)) from None
     try:
         g = s.graph()
     except TopologyError as exc:
@@ -329,20 +320,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read and validate a ``.yaml``/``.yml``/``.toml`` scenario file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(f"scenario file {p} does not exist")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix == ".toml":
-            data: Any = tomllib.loads(text)
-        elif p.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
-            raise ScenarioError(f"scenario file {p}: use .toml, .yaml or .yml")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ScenarioError(f"cannot parse {p}: {exc}") from exc
-    return parse_scenario(data, str(p))
+    return parse_scenario(read_mapping(path, "scenario", ScenarioError), str(path))
 
 
 #: Event actions, for help texts.

@@ -1,0 +1,63 @@
+"""The one base for validated configuration and the one config-file reader.
+
+Run files (:mod:`fedplat.server.config`), contribution settings and gossip
+scenarios are pydantic models derived from :class:`Strict` (unknown keys are
+errors, values are frozen) and read by :func:`read_mapping` (TOML or YAML).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class Strict(BaseModel):
+    """A frozen settings model that rejects unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def read_mapping(
+    path: str | os.PathLike[str], what: str, error: type[Exception] = ValueError
+) -> dict[str, Any]:
+    """Parse a ``.toml``/``.yaml``/``.yml`` file holding a mapping.
+
+    Every failure (missing file, wrong suffix, syntax error, not a mapping) is an
+    ``error`` whose message names the file and the problem on one line.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} file {p} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {what} file {p}: {exc}") from exc
+    try:
+        if p.suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise error(f"{what} file {p}: use .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise error(f"cannot parse {p}: {' '.join(str(exc).split())}") from exc
+    if not isinstance(data, dict):
+        raise error(f"{what} file {p} must hold a mapping at the top level")
+    return data
+
+
+def validation_message(exc: ValidationError, header: str) -> str:
+    """A pydantic error as ``header`` plus one ``  loc: message`` line per problem."""
+    lines = [header]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+__all__ = ["Strict", "read_mapping", "validation_message"]
