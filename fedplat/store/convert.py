@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from fedplat.store.models import (
     Client,
+    Contribution,
+    EnrolmentToken,
     Event,
     LedgerEntry,
     LedgerHead,
@@ -14,6 +18,8 @@ from fedplat.store.models import (
 )
 from fedplat.store.records import (
     ClientRecord,
+    ContributionRecord,
+    EnrolmentTokenRecord,
     EventRecord,
     LedgerEntryRecord,
     LedgerHeadRecord,
@@ -21,6 +27,7 @@ from fedplat.store.records import (
     ParticipationRecord,
     RoundRecord,
     RunRecord,
+    Verdict,
 )
 from fedplat.store.validate import _decode
 
@@ -42,6 +49,10 @@ def _run_record(row: Run) -> RunRecord:
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        heartbeat_at=row.heartbeat_at,
+        phase=row.phase,
+        live_clients=row.live_clients,
+        reason=row.reason,
     )
 
 
@@ -55,6 +66,11 @@ def _client_record(row: Client) -> ClientRecord:
         last_seen=row.last_seen,
         num_examples=row.num_examples,
         info=_decode(row.info_json),
+        public_key=row.public_key,
+        cert_fingerprint=row.cert_fingerprint,
+        max_examples=row.max_examples,
+        token_id=row.token_id,
+        revoked_at=row.revoked_at,
     )
 
 
@@ -78,6 +94,7 @@ def _round_record(row: Round) -> RoundRecord:
         bytes_up=row.bytes_up,
         bytes_down=row.bytes_down,
         reason=row.reason,
+        num_aggregated=row.num_aggregated,
     )
 
 
@@ -93,8 +110,12 @@ def _participation_record(row: Participation) -> ParticipationRecord:
         num_examples=row.num_examples,
         duration_s=row.duration_s,
         train_loss=row.train_loss,
-        weight=row.weight,
-        flags=_decode(row.flags_json),
+        verdict=Verdict(
+            weight=row.weight,
+            selected=row.selected,
+            score=row.score,
+            flags=tuple(json.loads(row.flags)),
+        ),
         reason=row.reason,
         updated_at=row.updated_at,
     )
@@ -155,3 +176,30 @@ def _ledger_head_record(row: LedgerHead) -> LedgerHeadRecord:
 
 _HEX = frozenset("0123456789abcdef")
 _SIGNATURE_HEX_MAX = 128
+
+
+def _contribution_record(row: Contribution) -> ContributionRecord:
+    return ContributionRecord(
+        run_id=row.run_id,
+        round_number=row.round_number,
+        client_id=row.client_id,
+        score=row.score,
+        scores=_decode(row.scores_json),
+        suspect=bool(row.suspect),
+        flags=tuple(json.loads(row.flags)),
+    )
+
+
+def _token_record(row: EnrolmentToken) -> EnrolmentTokenRecord:
+    return EnrolmentTokenRecord(
+        id=row.id,
+        run_name=row.run_name,
+        note=row.note,
+        max_examples=row.max_examples,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        used_at=row.used_at,
+        used_run_id=row.used_run_id,
+        used_client_id=row.used_client_id,
+        revoked_at=row.revoked_at,
+    )

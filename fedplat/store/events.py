@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -18,6 +18,7 @@ from fedplat.store.models import (
 )
 from fedplat.store.records import (
     EventRecord,
+    EventRow,
     MetricRecord,
 )
 from fedplat.store.statuses import (
@@ -36,13 +37,75 @@ from fedplat.store.validate import (
     _text,
 )
 
+#: Longest stored event message; longer ones are cut (they may quote input).
+MAX_MESSAGE = 1000
+#: Largest stored event ``details`` object, as JSON.
+MAX_DETAILS = 4096
+
+
+def metric_rows(
+    run_id: str,
+    values: Mapping[str, float],
+    round_number: int | None,
+    client_id: str | None,
+) -> list[dict[str, Any]]:
+    """Validated insert rows for named scalars (NaN and infinities rejected)."""
+    if not isinstance(values, Mapping):
+        raise StoreError("values must be a dict of name -> number")
+    if round_number is not None:
+        _count("round_number", round_number)
+    if client_id is not None:
+        _text("client_id", client_id, _ID_MAX)
+    now = _now()
+    return [
+        {
+            "run_id": run_id,
+            "round_number": round_number,
+            "client_id": client_id,
+            "name": _text("metric name", name, _NAME_MAX),
+            "value": _finite(f"metric {name!r}", value),
+            "created_at": now,
+        }
+        for name, value in values.items()
+    ]
+
+
+def event_rows(run_id: str | None, events: Sequence[EventRow]) -> list[dict[str, Any]]:
+    """Validated insert rows for events; messages are cut at :data:`MAX_MESSAGE`."""
+    rows = []
+    now = _now()
+    for e in events:
+        _text("kind", e.kind, _KIND_MAX)
+        if not isinstance(e.message, str):
+            raise StoreError(f"message must be a string, got {e.message!r}")
+        _choice("level", e.level, EVENT_LEVELS)
+        if e.round_number is not None:
+            _count("round_number", e.round_number)
+        if e.client_id is not None:
+            _text("client_id", e.client_id, _ID_MAX)
+        details = _encode("details", {} if e.details is None else e.details)
+        if len(details) > MAX_DETAILS:
+            raise StoreError(f"event details longer than {MAX_DETAILS} characters")
+        message = e.message
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 1] + "\u2026"
+        rows.append(
+            {
+                "run_id": run_id,
+                "round_number": e.round_number,
+                "client_id": e.client_id,
+                "kind": e.kind,
+                "level": e.level,
+                "message": message,
+                "details_json": details,
+                "created_at": now,
+            }
+        )
+    return rows
+
 
 class EventsStore(StoreBase):
     """Metrics and events."""
-
-    # ------------------------------------------------------------------ #
-    # Metrics and events                                                   #
-    # ------------------------------------------------------------------ #
 
     def add_metric(
         self,
@@ -67,24 +130,7 @@ class EventsStore(StoreBase):
         client_id: str | None = None,
     ) -> None:
         """Record several named scalars in one transaction (all or none)."""
-        if not isinstance(values, Mapping):
-            raise StoreError("values must be a dict of name -> number")
-        if round_number is not None:
-            _count("round_number", round_number)
-        if client_id is not None:
-            _text("client_id", client_id, _ID_MAX)
-        now = _now()
-        rows = [
-            {
-                "run_id": run_id,
-                "round_number": round_number,
-                "client_id": client_id,
-                "name": _text("metric name", name, _NAME_MAX),
-                "value": _finite(f"metric {name!r}", value),
-                "created_at": now,
-            }
-            for name, value in values.items()
-        ]
+        rows = metric_rows(run_id, values, round_number, client_id)
         if not rows:
             return
         with self._write() as session:
@@ -112,30 +158,20 @@ class EventsStore(StoreBase):
         details: dict[str, Any] | None = None,
     ) -> None:
         """Record an event (``run_id`` ``None`` for coordinator-wide events)."""
-        _text("kind", kind, _KIND_MAX)
-        if not isinstance(message, str):
-            raise StoreError(f"message must be a string, got {message!r}")
-        _choice("level", level, EVENT_LEVELS)
-        if round_number is not None:
-            _count("round_number", round_number)
-        if client_id is not None:
-            _text("client_id", client_id, _ID_MAX)
-        details_json = _encode("details", {} if details is None else details)
+        self.add_events(
+            run_id,
+            [EventRow(kind, message, level, round_number, client_id, details)],
+        )
+
+    def add_events(self, run_id: str | None, events: Sequence[EventRow]) -> None:
+        """Record several events of one run in one transaction."""
+        rows = event_rows(run_id, events)
+        if not rows:
+            return
         with self._write() as session:
             if run_id is not None:
                 self._require_run(session, run_id)
-            session.add(
-                Event(
-                    run_id=run_id,
-                    round_number=round_number,
-                    client_id=client_id,
-                    kind=kind,
-                    level=level,
-                    message=message,
-                    details_json=details_json,
-                    created_at=_now(),
-                )
-            )
+            session.execute(insert(Event), rows)
 
     def list_events(
         self,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
 
 from fedplat.store.base import StoreBase
 from fedplat.store.convert import (
@@ -34,6 +35,88 @@ from fedplat.store.validate import (
     _sha_hex,
     _text,
 )
+
+
+def append_ledger_rows(
+    session: Session,
+    run_id: str,
+    entries: Sequence[LedgerEntryLike],
+    head: LedgerHeadLike,
+) -> LedgerHead:
+    """Validate and append ledger entries and the new head inside ``session``
+    (whose transaction must hold the run's row lock)."""
+    rows: list[dict[str, Any]] = []
+    for i, e in enumerate(entries):
+        field = f"ledger entry {i}"
+        _count(f"{field} seq", e.seq, minimum=1)
+        _count(f"{field} round_number", e.round_number, minimum=1)
+        _text(f"{field} client_id", e.client_id, _ID_MAX)
+        _text(f"{field} payload_json", e.payload_json, 10**9)
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": e.seq,
+                "round_number": e.round_number,
+                "client_id": e.client_id,
+                "payload_json": e.payload_json,
+                "prev_hash": _sha_hex(f"{field} prev_hash", e.prev_hash),
+                "entry_hash": _sha_hex(f"{field} entry_hash", e.entry_hash),
+                "signature": _opt_signature(f"{field} signature", e.signature),
+            }
+        )
+    for before, after in itertools.pairwise(rows):
+        if after["seq"] != before["seq"] + 1:
+            raise StoreError(
+                f"ledger entries must have consecutive seq, got {before['seq']} "
+                f"then {after['seq']}"
+            )
+        if after["prev_hash"] != before["entry_hash"]:
+            raise StoreError(
+                f"ledger entry seq {after['seq']} does not link to seq {before['seq']}"
+            )
+    _count("head seq", head.seq)
+    head_hash = _sha_hex("head head_hash", head.head_hash)
+    head_sig = _opt_signature("head signature", head.signature)
+    pem = _opt_text("head public_key_pem", head.public_key_pem)
+    key_id = _opt_text("head key_id", head.key_id)
+    if key_id is not None:
+        _text("head key_id", key_id, _SHA256_HEX_LEN)
+    if rows and (head.seq != rows[-1]["seq"] or head_hash != rows[-1]["entry_hash"]):
+        raise StoreError("ledger head must name the last appended entry")
+    now = _now()
+    last = session.scalar(
+        select(LedgerEntry)
+        .where(LedgerEntry.run_id == run_id)
+        .order_by(LedgerEntry.seq.desc())
+        .limit(1)
+    )
+    last_seq = 0 if last is None else last.seq
+    if rows:
+        if rows[0]["seq"] != last_seq + 1:
+            raise StoreError(
+                f"ledger of run {run_id!r} ends at seq {last_seq}; the "
+                f"next entry must be seq {last_seq + 1}, got {rows[0]['seq']}"
+            )
+        if last is not None and rows[0]["prev_hash"] != last.entry_hash:
+            raise StoreError(
+                f"ledger entry seq {rows[0]['seq']} does not link to the "
+                f"stored entry seq {last_seq}"
+            )
+        session.execute(insert(LedgerEntry), [{**r, "created_at": now} for r in rows])
+    elif head.seq != last_seq or (last is not None and head_hash != last.entry_hash):
+        raise StoreError("ledger head must name the stored last entry")
+    row = session.get(LedgerHead, run_id, with_for_update=True)
+    if row is None:
+        row = LedgerHead(run_id=run_id)
+        session.add(row)
+    row.seq = head.seq
+    row.head_hash = head_hash
+    row.signature = head_sig
+    row.public_key_pem = pem
+    row.key_id = key_id
+    row.updated_at = now
+    session.flush()
+    return row
 
 
 class LedgerStore(StoreBase):
@@ -74,88 +157,11 @@ class LedgerStore(StoreBase):
         LedgerHeadRecord
             The stored head.
         """
-        rows: list[dict[str, Any]] = []
-        for i, e in enumerate(entries):
-            field = f"ledger entry {i}"
-            _count(f"{field} seq", e.seq, minimum=1)
-            _count(f"{field} round_number", e.round_number, minimum=1)
-            _text(f"{field} client_id", e.client_id, _ID_MAX)
-            _text(f"{field} payload_json", e.payload_json, 10**9)
-            rows.append(
-                {
-                    "run_id": run_id,
-                    "seq": e.seq,
-                    "round_number": e.round_number,
-                    "client_id": e.client_id,
-                    "payload_json": e.payload_json,
-                    "prev_hash": _sha_hex(f"{field} prev_hash", e.prev_hash),
-                    "entry_hash": _sha_hex(f"{field} entry_hash", e.entry_hash),
-                    "signature": _opt_signature(f"{field} signature", e.signature),
-                }
-            )
-        for before, after in itertools.pairwise(rows):
-            if after["seq"] != before["seq"] + 1:
-                raise StoreError(
-                    f"ledger entries must have consecutive seq, got {before['seq']} "
-                    f"then {after['seq']}"
-                )
-            if after["prev_hash"] != before["entry_hash"]:
-                raise StoreError(
-                    f"ledger entry seq {after['seq']} does not link to seq "
-                    f"{before['seq']}"
-                )
-        _count("head seq", head.seq)
-        head_hash = _sha_hex("head head_hash", head.head_hash)
-        head_sig = _opt_signature("head signature", head.signature)
-        pem = _opt_text("head public_key_pem", head.public_key_pem)
-        key_id = _opt_text("head key_id", head.key_id)
-        if key_id is not None:
-            _text("head key_id", key_id, _SHA256_HEX_LEN)
-        if rows and (
-            head.seq != rows[-1]["seq"] or head_hash != rows[-1]["entry_hash"]
-        ):
-            raise StoreError("ledger head must name the last appended entry")
-        now = _now()
         with self._write() as session:
             # Row lock on PostgreSQL (BEGIN IMMEDIATE on SQLite): appends to one
             # run's ledger are serialised, so two writers cannot both extend it.
             self._require_run(session, run_id, lock=True)
-            last = session.scalar(
-                select(LedgerEntry)
-                .where(LedgerEntry.run_id == run_id)
-                .order_by(LedgerEntry.seq.desc())
-                .limit(1)
-            )
-            last_seq = 0 if last is None else last.seq
-            if rows:
-                if rows[0]["seq"] != last_seq + 1:
-                    raise StoreError(
-                        f"ledger of run {run_id!r} ends at seq {last_seq}; the "
-                        f"next entry must be seq {last_seq + 1}, got {rows[0]['seq']}"
-                    )
-                if last is not None and rows[0]["prev_hash"] != last.entry_hash:
-                    raise StoreError(
-                        f"ledger entry seq {rows[0]['seq']} does not link to the "
-                        f"stored entry seq {last_seq}"
-                    )
-                session.execute(
-                    insert(LedgerEntry), [{**r, "created_at": now} for r in rows]
-                )
-            elif head.seq != last_seq or (
-                last is not None and head_hash != last.entry_hash
-            ):
-                raise StoreError("ledger head must name the stored last entry")
-            row = session.get(LedgerHead, run_id, with_for_update=True)
-            if row is None:
-                row = LedgerHead(run_id=run_id)
-                session.add(row)
-            row.seq = head.seq
-            row.head_hash = head_hash
-            row.signature = head_sig
-            row.public_key_pem = pem
-            row.key_id = key_id
-            row.updated_at = now
-            session.flush()
+            row = append_ledger_rows(session, run_id, entries, head)
             return _ledger_head_record(row)
 
     def list_ledger_entries(

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from fedplat.store.base import StoreBase
 from fedplat.store.convert import (
@@ -30,6 +30,7 @@ from fedplat.store.validate import (
     _now,
     _opt_aware,
     _opt_finite,
+    _opt_text,
     _text,
 )
 
@@ -119,8 +120,13 @@ class RunsStore(StoreBase):
         best_accuracy: float | None = None,
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        total_rounds: int | None = None,
+        reason: str | None = None,
     ) -> RunRecord:
         """Set the given fields of a run (``None`` leaves a field unchanged).
+
+        ``total_rounds`` may grow (a run extended by a larger ``run.rounds``) but
+        never below the rounds already completed.
 
         Returns
         -------
@@ -134,8 +140,20 @@ class RunsStore(StoreBase):
         accuracy = _opt_finite("best_accuracy", best_accuracy)
         started = _opt_aware("started_at", started_at)
         finished = _opt_aware("finished_at", finished_at)
+        if total_rounds is not None:
+            _count("total_rounds", total_rounds, minimum=1)
+        _opt_text("reason", reason)
         with self._write() as session:
             row = self._require_run(session, run_id, lock=True)
+            if total_rounds is not None:
+                if total_rounds < row.current_round:
+                    raise StoreError(
+                        f"run {run_id!r} already completed {row.current_round} "
+                        f"rounds; total_rounds cannot be {total_rounds}"
+                    )
+                row.total_rounds = total_rounds
+            if reason is not None:
+                row.reason = reason
             if current_round is not None:
                 if current_round > row.total_rounds:
                     raise StoreError(
@@ -153,3 +171,19 @@ class RunsStore(StoreBase):
                 row.finished_at = finished
             session.flush()
             return _run_record(row)
+
+    def heartbeat(
+        self, run_id: str, *, phase: str | None, live_clients: int | None
+    ) -> None:
+        """The coordinator is alive: stamp ``heartbeat_at``, its phase and count."""
+        if phase is not None:
+            _text("phase", phase, 32)
+        if live_clients is not None:
+            _count("live_clients", live_clients)
+        with self._write() as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(heartbeat_at=_now(), phase=phase, live_clients=live_clients)
+                .execution_options(synchronize_session=False)
+            )
