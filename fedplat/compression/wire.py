@@ -41,6 +41,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fedplat.vectors import check_finite
+
 __all__ = [
     "HEADER_SIZE",
     "MAGIC",
@@ -253,18 +255,6 @@ class Payload:
         return replace(self, values=values)
 
 
-def all_finite(t: torch.Tensor) -> bool:
-    """Whether every entry of ``t`` is finite, in one allocation-free pass.
-
-    A NaN or Inf entry makes the sum NaN or Inf, so a finite sum proves all
-    entries finite; only a non-finite sum (which may also be an overflow of
-    huge finite values) needs the exact elementwise check.
-    """
-    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
-        return True
-    return bool(torch.isfinite(t).all())
-
-
 def _check_sorted_in_range(idx: np.ndarray, d: int) -> None:
     if idx.size == 0:
         return
@@ -414,9 +404,7 @@ def _parse(
         )
     arr = np.frombuffer(data, dtype=np_dtype, count=n, offset=HEADER_SIZE)
     values = torch.from_numpy(arr.astype(np_dtype, copy=True)).to(torch_dtype)
-    if not all_finite(values):
-        bad = int((~torch.isfinite(values)).sum())
-        raise PayloadError(f"payload holds {bad} non-finite values (NaN or Inf)")
+    check_finite(values, "payload", PayloadError)
 
     indices: torch.Tensor | None = None
     if kind == "sparse":
