@@ -200,6 +200,23 @@ def load_vector(
             sd[name].copy_(t)
 
 
+def delta_into(
+    model: torch.nn.Module, base: torch.Tensor, layout: Layout | None = None
+) -> torch.Tensor:
+    """Overwrite ``base`` (``[d]`` float32, the flat vector the model started
+    from) with ``flatten(model) - base`` in place, tensor by tensor: the update
+    without a second model-sized buffer."""
+    layout = layout or layout_of(model)
+    sd = model.state_dict()
+    with torch.no_grad():
+        for spec, (a, b) in zip(layout.specs, layout.offsets(), strict=True):
+            part = base[a:b]
+            torch.sub(
+                sd[spec.name].detach().reshape(-1).to(torch.float32), part, out=part
+            )
+    return base
+
+
 def all_finite(t: torch.Tensor) -> bool:
     """Whether every entry of ``t`` is finite: the one finiteness test of fedplat.
 

@@ -48,11 +48,14 @@ __all__ = [
     "MAGIC",
     "Payload",
     "PayloadError",
+    "PayloadHeader",
     "PayloadKind",
     "SketchMethod",
     "SketchSpec",
+    "dense_header",
     "dense_payload",
     "dense_size",
+    "parse_header",
     "sketch_payload",
     "sparse_payload",
     "varint_size",
@@ -327,13 +330,35 @@ def _varint_decode(block: bytes, n: int) -> np.ndarray:
     return np.add.reduceat(parts, starts)
 
 
-def _parse(
-    data: bytes,
-    expected_d: int | None,
-    expected_kinds: tuple[PayloadKind, ...] | None,
-    expected_seed: int | None,
-    expected_round: int | None,
-) -> Payload:
+@dataclass(frozen=True)
+class PayloadHeader:
+    """The validated fixed-size header of a payload (what a receiver checks
+    before it accepts any of the body)."""
+
+    kind: PayloadKind
+    dtype: torch.dtype
+    np_dtype: str
+    itemsize: int
+    d: int
+    n: int
+    index_nbytes: int
+    sketch: SketchSpec | None
+
+    @property
+    def length(self) -> int:
+        """Total payload length the header implies (header included)."""
+        return HEADER_SIZE + self.n * self.itemsize + self.index_nbytes
+
+
+def parse_header(
+    data: bytes | bytearray | memoryview,
+    *,
+    expected_d: int | None = None,
+    expected_kinds: tuple[PayloadKind, ...] | None = None,
+    expected_seed: int | None = None,
+    expected_round: int | None = None,
+) -> PayloadHeader:
+    """Parse and validate the first :data:`HEADER_SIZE` bytes of a payload."""
     if len(data) < HEADER_SIZE:
         raise PayloadError(f"payload has {len(data)} bytes, header needs {HEADER_SIZE}")
     (
@@ -352,7 +377,7 @@ def _parse(
         cols,
     ) = _HEADER.unpack_from(data, 0)
     if magic != MAGIC:
-        raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
+        raise PayloadError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != _VERSION:
         raise PayloadError(f"unsupported payload version {version}")
     if kind_code not in _KIND_NAMES:
@@ -394,9 +419,29 @@ def _parse(
         raise PayloadError(f"{kind} payload must have zero sketch fields")
     if kind == "dense" and n != d:
         raise PayloadError(f"dense payload has {n} values, dimension is {d}")
+    return PayloadHeader(
+        kind, torch_dtype, np_dtype, itemsize, d, n, index_nbytes, spec
+    )
 
+
+def _parse(
+    data: bytes,
+    expected_d: int | None,
+    expected_kinds: tuple[PayloadKind, ...] | None,
+    expected_seed: int | None,
+    expected_round: int | None,
+) -> Payload:
+    h = parse_header(
+        data,
+        expected_d=expected_d,
+        expected_kinds=expected_kinds,
+        expected_seed=expected_seed,
+        expected_round=expected_round,
+    )
+    kind, d, n, spec = h.kind, h.d, h.n, h.sketch
+    np_dtype, torch_dtype, itemsize = h.np_dtype, h.dtype, h.itemsize
     # Only now is the declared size trusted enough to compare with the real one.
-    expected_len = HEADER_SIZE + n * itemsize + index_nbytes
+    expected_len = h.length
     if len(data) != expected_len:
         what = "truncated" if len(data) < expected_len else "has trailing bytes"
         raise PayloadError(
@@ -427,6 +472,13 @@ def _parse(
         indices = torch.from_numpy(idx.astype(np.int64))
     payload = Payload(kind, d, values, indices, spec)
     return payload
+
+
+def dense_header(d: int) -> bytes:
+    """The header of a dense float32 payload of ``d`` values: followed by the
+    values' little-endian bytes, it is exactly ``dense_payload(v).to_bytes()``
+    (lets a sender stream a large vector without concatenating it)."""
+    return _HEADER.pack(MAGIC, _VERSION, 0, 0, _INDEX_NONE, 0, d, d, 0, 0, 0, 0, 0)
 
 
 def dense_payload(values: torch.Tensor) -> Payload:

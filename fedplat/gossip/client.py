@@ -23,7 +23,7 @@ from fedplat.gossip.messages import (
 )
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_pb2_grpc as pb_grpc
-from fedplat.transport.grpc import error_from_rpc
+from fedplat.transport.status import error_from_rpc
 
 __all__ = ["PeerClient", "channel_options"]
 

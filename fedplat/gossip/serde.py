@@ -24,7 +24,8 @@ from fedplat.gossip.messages import (
     PushReply,
 )
 from fedplat.proto import peer_pb2 as pb
-from fedplat.proto.serde import layout_from_proto, layout_to_proto, read_body
+from fedplat.proto.serde import layout_from_proto, layout_to_proto
+from fedplat.proto.streams import read_body
 from fedplat.transport.errors import InvalidArgument
 
 MAX_NAME_LEN = 256

@@ -17,7 +17,7 @@ from fedplat.gossip import serde
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_pb2_grpc as pb_grpc
 from fedplat.transport.errors import FedplatError, InvalidArgument
-from fedplat.transport.grpc import STATUS_BY_CODE
+from fedplat.transport.status import STATUS_BY_CODE
 
 if TYPE_CHECKING:
     from fedplat.gossip.node import PeerNode

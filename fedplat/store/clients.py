@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from fedplat.store.base import StoreBase
@@ -221,6 +221,18 @@ class ClientsStore(StoreBase):
         with self._read() as session:
             row = session.get(Client, (run_id, client_id))
             return None if row is None else _client_record(row)
+
+    def count_clients(self, run_id: str) -> int:
+        """How many clients are enrolled in a run."""
+        with self._read() as session:
+            return int(
+                session.scalar(
+                    select(func.count())
+                    .select_from(Client)
+                    .where(Client.run_id == run_id)
+                )
+                or 0
+            )
 
     def list_clients(self, run_id: str) -> list[ClientRecord]:
         """Return the clients of a run, ordered by id."""

@@ -12,7 +12,7 @@ here too: a round is written once, in one transaction, and never rewritten.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -233,7 +233,7 @@ class ParticipationRow:
     num_examples: int = 0
     duration_s: float | None = None
     train_loss: float | None = None
-    verdict: Verdict = Verdict()
+    verdict: Verdict = field(default_factory=Verdict)
     reason: str | None = None
 
 

@@ -30,6 +30,13 @@ class Unauthenticated(FedplatError):
     code = "unauthenticated"
 
 
+class PermissionDenied(FedplatError):
+    """Authenticated, or not, but not allowed: admission refused, revoked, a
+    signature that does not verify, another client's task."""
+
+    code = "permission_denied"
+
+
 class UnknownClient(FedplatError):
     """The client id is not enrolled in this run (e.g. the coordinator restarted)."""
 
@@ -54,6 +61,12 @@ class Unavailable(FedplatError):
     code = "unavailable"
 
 
+class TlsError(FedplatError):
+    """A TLS failure no retry can fix (certificate, plaintext/TLS mismatch)."""
+
+    code = "failed_precondition"
+
+
 class ResourceExhausted(FedplatError):
     """A transport-level size limit was hit."""
 
@@ -65,6 +78,7 @@ ERRORS_BY_CODE: dict[str, type[FedplatError]] = {
     for cls in (
         InvalidArgument,
         Unauthenticated,
+        PermissionDenied,
         UnknownClient,
         StaleUpdate,
         DuplicateUpdate,
