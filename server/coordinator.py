@@ -21,6 +21,8 @@ client sees.
 from __future__ import annotations
 
 import time
+
+import torch
 from collections.abc import Callable
 
 from fedplat.server.board import RoundState, TaskBoard
@@ -117,6 +119,15 @@ class Coordinator:
     @property
     def completed_rounds(self) -> int:
         return self.ctx.state.model_version
+
+    @property
+    def model_version(self) -> int:
+        return self.ctx.state.model_version
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """The current global model ``[d]``."""
+        return self.ctx.state.weights
 
     @property
     def run_record(self):  # type: ignore[no-untyped-def]
