@@ -280,13 +280,8 @@ class RoundCloser:
         ):
             # Under local DP every upload is a noised release whether or not the
             # round completes: the accountant counts it.
-            for name, value in ctx.plan.account(len(r.assignments), r.num_live).items():
-                ctx.recorder.event(
-                    "privacy_release",
-                    f"{name} = {value:.6g}",
-                    round_number=r.number,
-                    details={"name": name, "value": value},
-                )
+            released = ctx.plan.account(len(r.assignments), r.num_live)
+            ctx.store.add_metrics(ctx.run_id, released, round_number=r.number)
         statuses = {r.assignments[c].name: o.status for c, o in r.outcomes.items()}
         if not final:
             ctx.recorder.event(

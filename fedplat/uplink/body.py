@@ -32,11 +32,27 @@ class EncodedBody:
             h.update(v)
         return cls(views, sum(len(v) for v in views), h.hexdigest())
 
-    def chunks(self, size: int) -> Iterator[memoryview]:
-        """Consecutive slices of at most ``size`` bytes (views, no copies)."""
+    def chunks(self, size: int) -> Iterator[memoryview | bytes]:
+        """The body in pieces of exactly ``size`` bytes (the last may be shorter):
+        views of the parts, except a piece that spans two parts (joined)."""
+        carry = b""
         for part in self.parts:
-            for start in range(0, len(part), size):
+            start = 0
+            if carry:
+                take = min(size - len(carry), len(part))
+                carry += part[:take].tobytes()
+                start = take
+                if len(carry) < size:
+                    continue
+                yield carry
+                carry = b""
+            while len(part) - start >= size:
                 yield part[start : start + size]
+                start += size
+            if start < len(part):
+                carry = part[start:].tobytes()
+        if carry:
+            yield carry
 
     def tobytes(self) -> bytes:
         return b"".join(self.parts)
