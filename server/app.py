@@ -127,6 +127,44 @@ class Server:
         self.store.close()
 
 
+class BackgroundServer:
+    """A coordinator served from a thread of its own (its own event loop), for
+    programs and tests that keep their own main loop::
+
+        srv = BackgroundServer(cfg).start()   # returns once it listens
+        ...
+        srv.stop()
+    """
+
+    def __init__(self, cfg: RunConfig, store: Store | None = None) -> None:
+        self.server = Server(cfg, store)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="fedplat-server-loop", daemon=True
+        )
+
+    @property
+    def coord(self) -> Coordinator:
+        return self.server.coord
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self, timeout: float = 60.0) -> BackgroundServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(
+            timeout
+        )
+        return self
+
+    def stop(self, grace: float = 0.0) -> None:
+        fut = asyncio.run_coroutine_threadsafe(self.server.stop(grace), self._loop)
+        fut.result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
 async def _serve(cfg: RunConfig, linger_seconds: float) -> int:
     srv = Server(cfg)
     loop = asyncio.get_running_loop()
@@ -151,4 +189,4 @@ def serve(cfg: RunConfig, *, linger_seconds: float = 3.0) -> int:
     return asyncio.run(_serve(cfg, linger_seconds))
 
 
-__all__ = ["Server", "serve"]
+__all__ = ["BackgroundServer", "Server", "serve"]

@@ -21,10 +21,9 @@ client sees.
 from __future__ import annotations
 
 import time
-
-import torch
 from collections.abc import Callable
 
+import torch
 from fedplat.server.board import RoundState, TaskBoard
 from fedplat.server.config import RunConfig
 from fedplat.server.context import RunContext, build_context

@@ -40,6 +40,7 @@ from fedplat.security.identity import ENROL, verify
 from fedplat.store import ClientRecord, Store, StoreError
 from fedplat.store.clients import TokenError
 from fedplat.transport.errors import (
+    FedplatError,
     InvalidArgument,
     PermissionDenied,
     ResourceExhausted,
@@ -131,9 +132,11 @@ class ClientRegistry:
         self._revocations_checked = clock()
 
     # ---------------------------------------------------------------- refusals
-    def _refuse(self, exc: Exception, kind: str, client_id: str | None = None) -> None:
-        reason = getattr(exc, "reason", str(exc))
-        self._reject(Rejection(kind, reason, client_id))
+    def _refuse(
+        self, exc: FedplatError, kind: str, client_id: str | None = None
+    ) -> None:
+        self._reject(Rejection(kind, exc.reason, client_id))
+        exc.recorded = True
         raise exc
 
     # --------------------------------------------------------------- challenge

@@ -100,6 +100,13 @@ class CoordinatorServicer:
             return await fn()
         except FedplatError as exc:
             log.info("%s refused (%s): %s", rpc, exc.code, exc.reason[:200])
+            if not exc.recorded:
+                cid = dict(context.invocation_metadata() or ()).get(CLIENT_ID_KEY)
+                self.coord.reject(
+                    f"{rpc.lower()}_refused",
+                    exc.reason,
+                    cid if isinstance(cid, str) and len(cid) <= 64 else None,
+                )
             await context.abort(status_of(exc), exc.reason)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
@@ -111,7 +118,6 @@ class CoordinatorServicer:
 
     def _parsed(self, msg: T | Malformed, rpc: str) -> T:
         if isinstance(msg, Malformed):
-            self.coord.reject("malformed_message", f"{rpc}: {msg.reason}")
             raise InvalidArgument(msg.reason)
         return msg
 

@@ -16,6 +16,8 @@ class FedplatError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        # Set once the refusal is stored as an event, so no layer stores it twice.
+        self.recorded = False
 
 
 class InvalidArgument(FedplatError):
