@@ -42,7 +42,7 @@ from fedplat.server.checkpoint import (
     save_checkpoint,
 )
 from fedplat.server.config import ConfigError, RunConfig
-from fedplat.server.evaluation import Evaluator, build_model
+from fedplat.server.evaluation import Evaluator, build_model, validate_run
 from fedplat.server.optimizers import ServerOptimizer
 from fedplat.server.uplink import UplinkPlan
 
@@ -51,7 +51,7 @@ from fedplat.contribution import (
     ContributionAccountant,
     ContributionError,
     load_or_create_signing_key,
-    make_utility_from_accuracy,
+    make_utility_from_metric,
 )
 from fedplat.store import RunRecord, Store
 from fedplat.transport import codec
@@ -158,6 +158,9 @@ class RoundEngine:
         evaluator: Evaluator | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        # Before anything is stored or any client selected: a model that does not
+        # fit its evaluation data is a ConfigError now, not a crash after round 1.
+        validate_run(cfg)
         self.cfg = cfg
         self.store = store
         self.clock = clock
@@ -192,7 +195,9 @@ class RoundEngine:
         if c.enabled:
             key = load_or_create_signing_key(c.key_path) if c.key_path else None
             self.contribution = ContributionAccountant(c, store, self.run_id, key)
-            self._contribution_utility = make_utility_from_accuracy(self.evaluator)
+            self._contribution_utility = make_utility_from_metric(
+                self.evaluator, c.utility
+            )
 
     # ------------------------------------------------------------------ run state
     @property
@@ -211,7 +216,7 @@ class RoundEngine:
                 run.id,
                 "run_created",
                 f"run {cfg.run.name!r}: {cfg.run.rounds} rounds, "
-                f"model {cfg.model.name} ({self.layout.numel} parameters)",
+                f"model {cfg.model.label} ({self.layout.numel} parameters)",
             )
             return run
         stored_layout = Layout.from_dict(existing.layout)
@@ -793,9 +798,10 @@ class RoundEngine:
                 },
             )
         accuracy = loss = None
+        eval_values: dict[str, float] = {}
         if r.number % self.cfg.data.eval_every == 0 or r.number == self.cfg.run.rounds:
             ev = self.evaluator(new_weights)
-            accuracy, loss = ev.accuracy, ev.loss
+            accuracy, loss, eval_values = ev.accuracy, ev.loss, ev.as_metrics()
         if self.contribution is not None:
             self._account(
                 r.number, ids, stack, weights, global_before, optimizer_before, result
@@ -833,6 +839,7 @@ class RoundEngine:
             "update_norm": float(result.aggregate.norm()),
             "server_lr": self.optimizer.lr_at(r.number),
             **privacy_metrics,
+            **eval_values,
         }
         sent = sum(r.updates[c].nbytes for c in ids)
         if sent > 0:

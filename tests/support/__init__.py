@@ -3,6 +3,7 @@
 
 from tests.support.clients import digits_client
 from tests.support.configs import REPO, free_port, run_config, write_config
+from tests.support.plain_torch import run_without_fedplat
 from tests.support.procs import Procs, wait_for
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "digits_client",
     "free_port",
     "run_config",
+    "run_without_fedplat",
     "wait_for",
     "write_config",
 ]
