@@ -61,6 +61,11 @@ __all__ = ["DGC", "PAPER_WARMUP_DENSITIES", "DGCState", "local_clip_norm"]
 # 4^-1 .. 4^-4; the fifth level (99.9%) is the target ratio itself.
 PAPER_WARMUP_DENSITIES: tuple[float, ...] = (0.25, 0.0625, 0.015625, 0.00390625)
 
+# Tensors with fewer entries travel dense (the paper's layer-size threshold, see
+# the module docstring): at most 4 KiB each, and at the paper's 0.1% density such a
+# tensor would send a single entry per step, i.e. it would barely train.
+DEFAULT_MIN_SPARSE_NUMEL = 1024
+
 
 def local_clip_norm(global_clip_norm: float, num_workers: int) -> float:
     """Per-worker clipping threshold ``global / sqrt(N)`` (Sec. 3.2).
@@ -178,6 +183,7 @@ class DGC:
         max_passes: int = 10,
         layout: Layout | None = None,
         seed: int = 0,
+        min_sparse_numel: int = DEFAULT_MIN_SPARSE_NUMEL,
     ) -> None:
         if not 0.0 < ratio <= 1.0:
             raise CompressionError(f"ratio must be in (0, 1], got {ratio}")
@@ -197,6 +203,8 @@ class DGC:
             raise CompressionError("bad max_passes or sample_ratio")
         if not 0 <= seed < 1 << 64:
             raise CompressionError("seed must be in [0, 2^64)")
+        if min_sparse_numel < 1:
+            raise CompressionError("min_sparse_numel must be >= 1")
         self.ratio = ratio
         self.momentum = momentum
         self.nesterov = nesterov
@@ -210,6 +218,7 @@ class DGC:
         self.max_passes = max_passes
         self.layout = layout
         self.seed = seed
+        self.min_sparse_numel = min_sparse_numel
         self.state = DGCState()
         self._segments: list[tuple[int, int, bool]] | None = None
 
@@ -263,10 +272,10 @@ class DGC:
     # --- core -------------------------------------------------------------------
     def _segments_for(self, d: int) -> list[tuple[int, int, bool]]:
         if self.layout is None:
-            return [(0, d, True)]
+            return [(0, d, d >= self.min_sparse_numel)]
         if self._segments is None:
             self._segments = [
-                (a, b, len(spec.shape) > 1)
+                (a, b, len(spec.shape) > 1 and b - a >= self.min_sparse_numel)
                 for spec, (a, b) in zip(
                     self.layout.specs, self.layout.offsets(), strict=True
                 )
