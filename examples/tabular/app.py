@@ -9,6 +9,7 @@ here imports fedplat: an exported model loads with this file and plain torch.
 from __future__ import annotations
 
 import csv
+import itertools
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -33,7 +34,9 @@ def _table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return x.astype(np.float32), y, split, client
 
 
-def load_rows(split: str, client: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def load_rows(
+    split: str, client: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``x float32 [N, 30]`` and ``y int64 [N]`` of one split (and one client)."""
     x, y, s, c = _table()
     keep = s == split
@@ -46,7 +49,7 @@ def model_factory(hidden: Sequence[int] = (64, 32)) -> nn.Module:
     """MLP 30 -> 64 -> 32 -> 2 (4,130 parameters), logits for (malignant, benign)."""
     widths = [NUM_FEATURES, *hidden]
     layers: list[nn.Module] = []
-    for a, b in zip(widths[:-1], widths[1:], strict=True):
+    for a, b in itertools.pairwise(widths):
         layers += [nn.Linear(a, b), nn.ReLU()]
     layers.append(nn.Linear(widths[-1], 2))
     return nn.Sequential(*layers)

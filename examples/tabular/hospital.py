@@ -16,10 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from app import load_rows, model_factory  # this folder is on sys.path as a script
 from fedplat.client import Client, FitResult
 from torch import nn
-
-from app import load_rows, model_factory  # this folder is on sys.path as a script
 
 
 def make_train(x: torch.Tensor, y: torch.Tensor):  # type: ignore[no-untyped-def]
