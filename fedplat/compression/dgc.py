@@ -23,8 +23,14 @@ The full recipe of the paper, re-implemented after reading the authors' code
 
 Tensors are sparsified one by one when a :class:`~fedplat.vectors.Layout` is
 given, and only those with more than one dimension (``train.py`` passes only
-``param.dim() > 1`` to the compressor); the others travel densely with momentum
-applied locally, which is what the reference's dense path does
+``param.dim() > 1`` to the compressor) and at least ``min_sparse_numel`` entries:
+the layer-size threshold below which a tensor is sent dense (the reference code
+warns that a tensor of at most ``2 / ratio`` entries "transmits 1 gradient
+element"; the paper's exact threshold could not be checked here, so the default,
+1,024 entries = 4 KiB, is ours: every tensor of the large models the paper targets
+is far above it, while the output layer of a small classifier falls below it and
+keeps training, see ``docs/compression.md``, "DGC on small models"). The others
+travel densely with momentum applied locally, which is what the reference's dense path does
 (``compensate(accumulate=False)``: ``u <- m u + g``, send ``u``). The same dense
 path runs when the density is 1, so ``ratio=1`` is exactly momentum SGD.
 
@@ -164,6 +170,9 @@ class DGC:
     seed : int
         Seeds the sample positions in per-step mode (``encode`` uses its own
         ``seed``/``round``).
+    min_sparse_numel : int
+        Layer-size threshold: tensors with fewer entries are sent dense (with a
+        layout; without one, the whole vector).
     """
 
     def __init__(
