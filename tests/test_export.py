@@ -12,7 +12,7 @@ from fedplat.server.evaluation import build_model
 
 from fedplat.cli import main
 from fedplat.sim import simulate
-from fedplat.store import Store
+from fedplat.store import RoundRecord, Store
 from fedplat.vectors import load_vector
 from tests.support import digits_client, run_config, run_without_fedplat
 
@@ -40,15 +40,19 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, P
     return cfg, tmp
 
 
+def _rounds(cfg: RunConfig) -> list[RoundRecord]:
+    with Store(cfg.store.url, migrate=False) as store:
+        run = store.get_run_by_name(cfg.run.name)
+        assert run is not None
+        return store.list_rounds(run.id)
+
+
 def _reference_logits(cfg: RunConfig, number: int, x: torch.Tensor) -> np.ndarray:
     """The fedplat model at round ``number``, from the checkpoint the store names."""
     from fedplat.server.checkpoint import load_checkpoint
 
-    with Store(cfg.store.url, migrate=False) as store:
-        run = store.get_run_by_name(cfg.run.name)
-        assert run is not None
-        rec = store.get_round(run.id, number)
-        assert rec is not None and rec.checkpoint_path is not None
+    rec = _rounds(cfg)[number - 1]
+    assert rec.number == number and rec.checkpoint_path is not None
     model = build_model(cfg)
     load_vector(model, load_checkpoint(rec.checkpoint_path).weights)
     with torch.no_grad():
@@ -122,11 +126,7 @@ def test_best_round_and_clear_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     cfg, _ = finished_run
-    with Store(cfg.store.url, migrate=False) as store:
-        run = store.get_run_by_name(cfg.run.name)
-        assert run is not None
-        rounds = store.list_rounds(run.id)
-    best = max(rounds, key=lambda r: r.accuracy or 0.0)
+    best = max(_rounds(cfg), key=lambda r: r.accuracy or 0.0)
     argv = ["export", "--db", cfg.store.url, "--run", cfg.run.name]
     out = str(tmp_path / "m.safetensors")
     if best.number >= 2:  # rounds before keep_last are pruned
@@ -146,11 +146,8 @@ def test_a_tampered_checkpoint_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     cfg, _ = finished_run
-    with Store(cfg.store.url, migrate=False) as store:
-        run = store.get_run_by_name(cfg.run.name)
-        assert run is not None
-        rec = store.get_round(run.id, 3)
-    assert rec is not None and rec.checkpoint_path is not None
+    rec = _rounds(cfg)[2]
+    assert rec.checkpoint_path is not None
     ckpt = Path(rec.checkpoint_path)
     original = ckpt.read_bytes()
     try:

@@ -30,9 +30,9 @@ element"; the paper's exact threshold could not be checked here, so the default,
 1,024 entries = 4 KiB, is ours: every tensor of the large models the paper targets
 is far above it, while the output layer of a small classifier falls below it and
 keeps training, see ``docs/compression.md``, "DGC on small models"). The others
-travel densely with momentum applied locally, which is what the reference's dense path does
-(``compensate(accumulate=False)``: ``u <- m u + g``, send ``u``). The same dense
-path runs when the density is 1, so ``ratio=1`` is exactly momentum SGD.
+travel densely with momentum applied locally, which is what the reference's dense
+path does (``compensate(accumulate=False)``: ``u <- m u + g``, send ``u``). The same
+dense path runs when the density is 1, so ``ratio=1`` is exactly momentum SGD.
 
 Weight decay stays out of the compressor: as in the reference ``DGCSGD``, it is
 applied locally by the optimizer and never sent.
