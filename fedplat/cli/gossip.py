@@ -287,15 +287,26 @@ def register(sub: Any) -> None:
         default=0,
         help="link to peers learned from the seeds up to this many",
     )
-    n.add_argument("--bootstrap-timeout", type=float, default=60.0)
-    n.add_argument("--max-model-mb", type=float, default=64.0)
+    n.add_argument(
+        "--bootstrap-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the seed peers before giving up",
+    )
+    n.add_argument(
+        "--max-model-mb",
+        type=float,
+        default=64.0,
+        help="largest model (MiB) accepted from a peer",
+    )
     n.add_argument("--threads", type=int, default=1, help="torch threads")
     timing(n)
-    n.add_argument("--dataset", default="digits")
+    n.add_argument("--dataset", default="digits", help="bundled dataset to train on")
     n.add_argument(
         "--partition",
         default="iid",
         choices=("iid", "dirichlet", "shards", "label_sorted"),
+        help="how the dataset is split over the peers",
     )
     n.add_argument(
         "--num-nodes",
@@ -306,20 +317,33 @@ def register(sub: Any) -> None:
     n.add_argument(
         "--partition-id", type=int, help="this peer's share (default: --id as a number)"
     )
-    n.add_argument("--model", default="mlp")
-    n.add_argument("--model-params", type=json_arg, default={"hidden": [32]})
-    n.add_argument("--rounds", type=int, default=20)
+    n.add_argument("--model", default="mlp", help="registered model")
+    n.add_argument(
+        "--model-params",
+        type=json_arg,
+        default={"hidden": [32]},
+        help="model keyword arguments as a JSON object",
+    )
+    n.add_argument("--rounds", type=int, default=20, help="gossip rounds")
     n.add_argument(
         "--rule",
         default="metropolis_hastings",
         choices=("metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"),
+        help="how a peer mixes its neighbours' models",
     )
-    n.add_argument("--lr", type=float, default=0.1)
-    n.add_argument("--epochs", type=int, default=1)
-    n.add_argument("--batch-size", type=int, default=16)
-    n.add_argument("--compressor", default="identity")
-    n.add_argument("--compressor-params", type=json_arg, default={})
-    n.add_argument("--seed", type=int, default=0)
+    n.add_argument("--lr", type=float, default=0.1, help="local learning rate")
+    n.add_argument("--epochs", type=int, default=1, help="local epochs per round")
+    n.add_argument("--batch-size", type=int, default=16, help="local batch size")
+    n.add_argument(
+        "--compressor", default="identity", help="compressor of exchanged models"
+    )
+    n.add_argument(
+        "--compressor-params",
+        type=json_arg,
+        default={},
+        help="compressor parameters as a JSON object",
+    )
+    n.add_argument("--seed", type=int, default=0, help="data split and model seed")
     n.set_defaults(func=cmd_gossip_node)
 
     s = gsub.add_parser("sim", help="run a scenario with in-process peers")
@@ -328,14 +352,21 @@ def register(sub: Any) -> None:
     s.add_argument("--run-name", help="run name in the store (default: scenario)")
     s.add_argument("--output", help="write a JSON summary here")
     s.add_argument("--threads", type=int, default=1, help="torch threads")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_gossip_sim)
 
     r = gsub.add_parser("run", help="run a scenario as real peer processes")
-    r.add_argument("--scenario", required=True)
-    r.add_argument("--workdir", default="runs/gossip")
+    r.add_argument("--scenario", required=True, help="scenario file (.yaml, .toml)")
+    r.add_argument(
+        "--workdir", default="runs/gossip", help="folder for peer logs and state"
+    )
     r.add_argument("--store", help="record the run in this store (URL or path)")
-    r.add_argument("--run-name")
-    r.add_argument("--timeout", type=float, default=600.0)
+    r.add_argument("--run-name", help="run name in the store (default: scenario)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="wall-clock limit (s) of the whole run; then every peer is stopped",
+    )
     timing(r)
     r.set_defaults(func=cmd_gossip_run)
