@@ -77,7 +77,7 @@ class Recorder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.flush()
+        self.flush(final=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._flush_s):
@@ -117,6 +117,15 @@ class Recorder:
                     self._events.append(self._summary(r.kind, w))
                 w = self._windows[r.kind] = _Window(now)
             if w.stored >= self._burst:
+                if w.suppressed == 0:
+                    self._events.append(
+                        EventRow(
+                            r.kind,
+                            f"more {r.kind!r} refusals follow; for {self._window_s:.0f}"
+                            " s they are counted, not stored one by one",
+                            "warning",
+                        )
+                    )
                 w.suppressed += 1
                 return
             w.stored += 1
@@ -146,11 +155,11 @@ class Recorder:
         with self._lock:
             self._seen.add(client_id)
 
-    def flush(self) -> None:
+    def flush(self, *, final: bool = False) -> None:
         now = self._clock()
         with self._lock:
             for kind, w in list(self._windows.items()):
-                if now - w.start >= self._window_s and w.suppressed:
+                if (final or now - w.start >= self._window_s) and w.suppressed:
                     self._events.append(self._summary(kind, w))
                     del self._windows[kind]
             events, self._events = self._events, []
