@@ -312,7 +312,8 @@ def register(sub: Any) -> None:
     n.add_argument(
         "--rule",
         default="metropolis_hastings",
-        choices=("metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"),
+        help="mixing rule: metropolis_hastings, decavg, uniform, push_sum or noloco "
+        "(fedplat.gossip.mixing.MIXING_RULES)",
     )
     n.add_argument("--lr", type=float, default=0.1)
     n.add_argument("--epochs", type=int, default=1)

@@ -163,8 +163,7 @@ class PeerConfig:
     def __post_init__(self) -> None:
         if not self.node_id or "@" in self.node_id:
             raise ValueError(f"node id must be non-empty without '@': {self.node_id!r}")
-        if self.rule not in mx.RULES:
-            raise ValueError(f"unknown rule {self.rule!r}; valid: {list(mx.RULES)}")
+        mx.get_mixing_rule(self.rule)  # an unknown name raises, listing valid ones
         if self.rounds < 1 or self.eval_every < 1:
             raise ValueError("rounds and eval_every must be >= 1")
         if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
@@ -228,6 +227,7 @@ class PeerNode:
         self.test = test
         self.num_examples = 0 if self.train_data is None else len(self.train_data)
         self.network = network
+        self.rule = mx.get_mixing_rule(config.rule)
         self._scenario_round = -1
         self.table = NeighbourTable(config.dead_after_s)
         self.round = 0
@@ -475,7 +475,7 @@ class PeerNode:
         cfg = self.config
         t0 = time.monotonic()
         self._train(r)
-        if cfg.rule == "noloco":
+        if self.rule.exchange == "pairs":
             self._noloco(r)
         else:
             self._push_all(r)
@@ -498,7 +498,7 @@ class PeerNode:
         )
 
     def _estimate(self) -> torch.Tensor:
-        if self.config.rule == "push_sum":
+        if self.rule.debiased:
             return self.x / self.push_weight
         return self.x
 
@@ -522,7 +522,7 @@ class PeerNode:
         )
         trained = flatten(self.model, self.layout)
         with self._lock:
-            if cfg.rule == "push_sum":
+            if self.rule.debiased:
                 # SGP (Assran et al. 2019): the local step moves the numerator.
                 self.x = self.x + (trained - start)
             else:
@@ -547,7 +547,7 @@ class PeerNode:
     def _push_all(self, r: int) -> None:
         live = self.table.live()
         with self._lock:
-            if self.config.rule == "push_sum":
+            if self.rule.debiased:
                 share = mx.push_sum_share(self.x, self.push_weight, len(live))
                 self.x, self.push_weight = share.x.clone(), share.w
                 vec, weight = share.x, share.w
@@ -563,7 +563,7 @@ class PeerNode:
         except RuntimeError:  # stopped from another thread mid-round
             return
         for job in futures.as_completed(jobs):
-            if not job.result() and self.config.rule == "push_sum":
+            if not job.result() and self.rule.debiased:
                 with self._lock:  # undelivered mass stays here (push-sum invariant)
                     self.x = self.x + vec
                     self.push_weight += weight
@@ -638,7 +638,7 @@ class PeerNode:
                 self._arrived.wait(min(left, 0.25))
 
     def _round_of(self, node_id: str) -> int:
-        if self.config.rule == "push_sum":
+        if self.rule.debiased:
             return self._ps_round.get(node_id, -1)
         entry = self._inbox.get(node_id)
         return -1 if entry is None else entry.round
@@ -648,7 +648,7 @@ class PeerNode:
         cfg = self.config
         live = {n.node_id for n in self.table.live()}
         with self._lock:
-            if cfg.rule == "push_sum":
+            if self.rule.debiased:
                 self.x = self.x + self._ps_x
                 self.push_weight += self._ps_w
                 self._ps_x = torch.zeros(self.dim)
@@ -663,17 +663,12 @@ class PeerNode:
                 return
             nb = torch.stack([e.x for e in used])
             self.consensus_gap = float(((nb - self.x) ** 2).sum(1).mean().sqrt())
-            if cfg.rule == "metropolis_hastings":
-                w = mx.metropolis_hastings_row(
-                    len(live), torch.tensor([e.degree for e in used])
-                )
-            elif cfg.rule == "decavg":
-                w = mx.data_weighted_row(
-                    self.num_examples,
-                    torch.tensor([float(e.num_examples) for e in used]),
-                )
-            else:
-                w = mx.uniform_row(len(used))
+            w = self.rule.row_weights(
+                len(live),
+                float(self.num_examples),
+                torch.tensor([e.degree for e in used]),
+                torch.tensor([float(e.num_examples) for e in used]),
+            )
             self.x = mx.mix_row(w, self.x, nb)
 
     def _noloco(self, r: int) -> None:
@@ -752,7 +747,7 @@ class PeerNode:
             raise
         with self._arrived:
             self._decoder.commit(h.sender_id, x_hat, version)
-            if self.config.rule == "push_sum":
+            if self.rule.debiased:
                 self._ps_x = self._ps_x + x_hat
                 self._ps_w += h.push_weight
                 self._ps_round[h.sender_id] = max(
@@ -779,7 +774,7 @@ class PeerNode:
         mismatch = self.layout.describe_mismatch(h.layout)
         if mismatch:
             raise InvalidArgument(f"wrong model shape: {mismatch}")
-        if self.config.rule == "push_sum" and not h.push_weight > 0:
+        if self.rule.debiased and not h.push_weight > 0:
             raise InvalidArgument("push-sum message without a positive weight")
         try:
             x_hat, version = self._decoder.decode(
