@@ -14,6 +14,7 @@ from typing import Any
 
 from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
+from fedplat.proto.stream import read_body
 from fedplat.transport.errors import InvalidArgument
 from fedplat.transport.messages import (
     Enrollment,
@@ -192,35 +193,6 @@ def model_to_chunks(payload: ModelPayload, chunk_bytes: int) -> Iterator[pb.Mode
     view = memoryview(payload.data)
     for start in range(0, len(view), chunk_bytes):
         yield pb.ModelChunk(data=bytes(view[start : start + chunk_bytes]))
-
-
-def read_body(rest: Iterator[Any], declared: int, sha256: str, what: str) -> bytes:
-    """Concatenate the ``data`` parts that follow a stream's header.
-
-    ``rest`` yields the messages after the header (any message with a ``part``
-    oneof of ``header``/``data``, so the peer protocol shares this). Refuses a
-    second header, more or fewer bytes than ``declared``, and a SHA-256 mismatch.
-    """
-    from fedplat.transport.codec import sha256_hex
-
-    buf = bytearray()
-    for c in rest:
-        if c.WhichOneof("part") != "data":
-            raise InvalidArgument(f"{what} stream has a second header")
-        buf += c.data
-        if len(buf) > declared:
-            raise InvalidArgument(
-                f"{what} stream longer than its declared {declared} bytes"
-            )
-    data = bytes(buf)
-    if len(data) != declared:
-        raise InvalidArgument(
-            f"{what} stream has {len(data)} bytes, header declared {declared} "
-            "(truncated)"
-        )
-    if sha256_hex(data) != sha256:
-        raise InvalidArgument(f"{what} checksum mismatch (corrupted or truncated)")
-    return data
 
 
 def model_from_chunks(chunks: Iterator[pb.ModelChunk], max_bytes: int) -> ModelPayload:
