@@ -10,6 +10,11 @@ cuts and partitions are enacted by the peers themselves, which replay the same
 scenario file. Each round's accuracies, components and spread of the models
 (pulled from the peers) go to an optional store with the same contract as the
 simulation (:mod:`fedplat.gossip.recorder`).
+
+The peers run over mutual TLS by default: the launcher makes a CA, one peer
+certificate and identity key per node, and the membership pinning them in its
+work folder (:func:`fedplat.gossip.pki.make_cluster`), and watches the peers as
+the observer ``launcher`` (status and model pulls only).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from fedplat.gossip import mixing as mx
 from fedplat.gossip.client import PeerClient
 from fedplat.gossip.messages import PeerStatus
 from fedplat.gossip.network import GraphChange, NetworkState
+from fedplat.gossip.pki import OBSERVER, make_cluster
 from fedplat.gossip.recorder import GossipRecorder
 from fedplat.gossip.scenario import load_scenario
 from fedplat.gossip.setup import build_model
+from fedplat.gossip.signing import Signer
 from fedplat.gossip.sim import RoundMetrics
 from fedplat.gossip.topology import components, edge_list
 from fedplat.vectors import layout_of
@@ -104,7 +111,8 @@ class ProcessLauncher:
     scenario_path : path
         The scenario file (every process reads it too).
     workdir : path
-        Logs go to ``workdir/node-<i>.log``.
+        Logs go to ``workdir/node-<i>.log``; certificates, identity keys and the
+        membership to ``workdir/pki``, ``workdir/state``, ``workdir/membership.yaml``.
     host : str
         Interface to bind (127.0.0.1 in tests).
     peer_args : list of str
@@ -113,6 +121,9 @@ class ProcessLauncher:
         Store sink.
     env : dict, optional
         Environment of the processes (``OMP_NUM_THREADS=1`` is always set).
+    insecure : bool
+        Plaintext peers (no TLS; signatures still checked): the explicit,
+        logged choice for a test host.
     """
 
     def __init__(
@@ -125,6 +136,7 @@ class ProcessLauncher:
         recorder: GossipRecorder | None = None,
         env: dict[str, str] | None = None,
         poll_s: float = 0.25,
+        insecure: bool = False,
     ) -> None:
         self.path = Path(scenario_path).resolve()
         self.scenario = load_scenario(self.path)
@@ -144,7 +156,29 @@ class ProcessLauncher:
         n = self.network.n
         self.ports = [_free_port(host) for _ in range(n)]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.clients = {i: PeerClient(self.address(i), timeout=2.0) for i in range(n)}
+        if insecure:
+            log.warning("launching peers WITHOUT TLS (--insecure)")
+        self.cluster = make_cluster(
+            self.workdir,
+            [str(i) for i in range(n)],
+            tls=not insecure,
+            addresses={str(i): self.address(i) for i in range(n)},
+            sans=(host,),
+        )
+        members = self.cluster.load_membership()
+        signer = Signer(OBSERVER, self.cluster.identity(OBSERVER))
+        tls = self.cluster.observer_tls()
+        self.clients = {
+            i: PeerClient(
+                self.address(i),
+                signer=signer,
+                membership=members,
+                server_id=str(i),
+                tls=tls,
+                timeout=2.0,
+            )
+            for i in range(n)
+        }
         self.killed: list[int] = []
         self.restarted: list[int] = []
 
@@ -168,6 +202,7 @@ class ProcessLauncher:
             "--listen",
             self.address(i),
             *(["--seeds", seeds] if seeds else []),
+            *self.cluster.node_args(str(i)),
             *self.peer_args,
             *extra,
         ]
@@ -197,7 +232,7 @@ class ProcessLauncher:
         out = {}
         for i in nodes:
             with contextlib.suppress(Exception):
-                msg = self.clients[i].pull("")
+                msg = self.clients[i].pull()
                 out[i] = Payload.from_bytes(msg.data).values.to(torch.float32)
         return out
 
