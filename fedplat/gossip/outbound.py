@@ -105,7 +105,7 @@ class Outbound:
             return None
         for p in reply.known:  # hints only: never re-address a known peer
             m = node.membership.peer(p.node_id)
-            if m is not None and p.node_id != node.id:
+            if m is not None and p.node_id != node.id and p.node_id not in node.table:
                 self.known.setdefault(p.node_id, m.address or p.address)
         if reply.linked:
             member = node.membership.peer(peer)

@@ -16,9 +16,9 @@ from fedplat.compression import Payload, create_compressor, dense_payload
 from fedplat.gossip.links import LinkDecoder, LinkEncoder, ReferenceMismatch
 from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.neighbours import NeighbourTable
-from fedplat.gossip.node import PeerConfig, PeerNode
+from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
-from fedplat.gossip.scenario import DataSpec, ModelSpec
+from fedplat.gossip.scenario import DataSpec
 from fedplat.gossip.setup import NodeData, build_model, load_node_data
 from fedplat.gossip.signing import Signer
 from fedplat.proto import peer_pb2 as pb
@@ -31,9 +31,16 @@ from fedplat.transport.errors import (
 )
 from fedplat.vectors import Layout, TensorSpec, flatten
 from tests.support import free_port, wait_for
-from tests.support.gossip import SPARE, client_as, observer, peer_files
-
-MODEL = ModelSpec(name="mlp", params={"hidden": [16]})
+from tests.support.gossip import (
+    MODEL,
+    SPARE,
+    client_as,
+    make_peer,
+    make_ring,
+    observer,
+    peer_files,
+    run_peers,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -53,62 +60,6 @@ def data() -> NodeData:
 def files(tmp_path_factory: pytest.TempPathFactory) -> ClusterFiles:
     """CA, certificates, keys and membership of peers 0-3 (and a spare member)."""
     return peer_files(tmp_path_factory.mktemp("pki"), [str(i) for i in range(4)])
-
-
-def _node(
-    data: NodeData,
-    files: ClusterFiles,
-    i: int,
-    port: int,
-    seeds: tuple[str, ...] = (),
-    **over: Any,
-) -> PeerNode:
-    cfg: dict[str, Any] = {
-        "node_id": str(i),
-        "listen": f"127.0.0.1:{port}",
-        "seeds": seeds,
-        "rounds": 5,
-        "lr": 0.1,
-        "batch_size": 16,
-        "heartbeat_s": 0.2,
-        "dead_after_s": 1.5,
-        "round_timeout_s": 5.0,
-        "linger_s": 0.5,
-        "bootstrap_timeout_s": 20.0,
-    }
-    cfg.update(over)
-    model = build_model(MODEL, (1, 8, 8), 10, 0)
-    return PeerNode(
-        PeerConfig(**cfg),
-        model,
-        data.train[i],
-        data.test,
-        security=files.security(str(i)),
-    )
-
-
-def _ring(data: NodeData, files: ClusterFiles, n: int, **over: Any) -> list[PeerNode]:
-    ports = [free_port() for _ in range(n)]
-    return [
-        _node(
-            data,
-            files,
-            i,
-            ports[i],
-            tuple(f"{j}@127.0.0.1:{ports[j]}" for j in ((i - 1) % n, (i + 1) % n)),
-            **over,
-        )
-        for i in range(n)
-    ]
-
-
-def _run_all(nodes: list[PeerNode], timeout: float = 60) -> None:
-    threads = [threading.Thread(target=nd.run, daemon=True) for nd in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a peer did not finish"
 
 
 # ------------------------------------------------------------------ pure parts
@@ -239,7 +190,7 @@ def _evil_message(
 def test_bad_models_are_rejected_with_a_reason_and_the_peer_keeps_its_model(
     data: NodeData, files: ClusterFiles
 ) -> None:
-    node = _node(data, files, 0, free_port())
+    node = make_peer(data, files, 0, free_port())
     node.start()
     try:
         before = node.status().model_sha256
@@ -322,8 +273,8 @@ def test_bad_models_are_rejected_with_a_reason_and_the_peer_keeps_its_model(
 
 
 def test_ring_of_peers_learns(data: NodeData, files: ClusterFiles) -> None:
-    nodes = _ring(data, files, 4, rounds=6)
-    _run_all(nodes)
+    nodes = make_ring(data, files, 4, rounds=6)
+    run_peers(nodes)
     accs = [nd.accuracy for nd in nodes]
     assert all(a is not None and a > 0.75 for a in accs), accs
     assert all(nd.round == 6 and nd.finished for nd in nodes)
@@ -346,8 +297,8 @@ def test_ring_of_peers_learns(data: NodeData, files: ClusterFiles) -> None:
 def test_other_rules_and_compressed_links(
     data: NodeData, files: ClusterFiles, over: dict[str, Any]
 ) -> None:
-    nodes = _ring(data, files, 3, rounds=5, **over)
-    _run_all(nodes)
+    nodes = make_ring(data, files, 3, rounds=5, **over)
+    run_peers(nodes)
     accs = [nd.accuracy for nd in nodes]
     assert all(a is not None and a > 0.5 for a in accs), accs
     if over["rule"] == "push_sum":
@@ -360,10 +311,10 @@ def test_other_rules_and_compressed_links(
 
 def test_emergent_topology_from_one_seed(data: NodeData, files: ClusterFiles) -> None:
     port0 = free_port()
-    hub = _node(data, files, 0, port0)
+    hub = make_peer(data, files, 0, port0)
     hub.start()
     others = [
-        _node(data, files, i, free_port(), (f"127.0.0.1:{port0}",), target_degree=2)
+        make_peer(data, files, i, free_port(), (f"127.0.0.1:{port0}",), target_degree=2)
         for i in (1, 2, 3)
     ]
     try:
@@ -390,7 +341,7 @@ def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
 
     def make(i: int, **over: Any) -> PeerNode:
         seeds = tuple(f"{j}@127.0.0.1:{ports[j]}" for j in range(3) if j != i)
-        return _node(
+        return make_peer(
             data, files, i, ports[i], seeds, rounds=60, min_round_s=0.05, **over
         )
 
@@ -421,7 +372,7 @@ def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
 
 
 def test_pulled_model_is_the_published_one(data: NodeData, files: ClusterFiles) -> None:
-    node = _node(data, files, 0, free_port())
+    node = make_peer(data, files, 0, free_port())
     node.start()
     try:
         with observer(files, node.address, node.id) as cl:
