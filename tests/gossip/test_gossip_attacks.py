@@ -379,9 +379,10 @@ def test_idle_streams_do_not_freeze_a_peer(
     assert {k for k in seen if not k.startswith("UNAVAILABLE")} <= refused, seen
     assert seen["RESOURCE_EXHAUSTED:cap"] > 0, seen
     st = target.status()
-    assert st.refused["push:resource_exhausted"] >= sum(
-        seen[k] for k in refused
-    ), (st.refused, seen)
+    assert st.refused["push:resource_exhausted"] >= sum(seen[k] for k in refused), (
+        st.refused,
+        seen,
+    )
     assert set(st.refused) <= {
         "push:resource_exhausted",
         "push:permission_denied",  # the outsider
