@@ -169,11 +169,13 @@ class PeerNode:
             ("grpc.so_reuseport", 0),
             ("grpc.max_concurrent_streams", 2 * cfg.max_calls_per_caller),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            # No stream outlives its connection: recycle connections every 10
+            # minutes, letting calls in flight finish within their own deadline.
+            ("grpc.max_connection_age_ms", 600_000),
+            ("grpc.max_connection_age_grace_ms", int(1000 * cfg.stream_deadline_s)),
         ]
         service = PeerService(self, self._serve_pool)
-        return PeerServer(
-            service, cfg.listen, self.security.tls, options, 2 * cfg.max_calls
-        )
+        return PeerServer(service, cfg.listen, self.security.tls, options)
 
     # ================================================================ views
     @property

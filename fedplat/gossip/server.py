@@ -266,8 +266,13 @@ class PeerServer:
         ``None`` only for an explicitly insecure peer.
     options : sequence of (str, value)
         gRPC server options (message size limits, ...).
-    max_rpcs : int
-        gRPC's own cap on calls in flight (a backstop behind the service's).
+
+    gRPC's own cap on calls in flight (``maximum_concurrent_rpcs``) is left
+    unset on purpose: it counts calls whose request has not arrived yet, so a
+    member holding that many open would lock everyone out. The service's
+    per-caller slots bound the calls it works on; connections are recycled
+    after ``grpc.max_connection_age_ms``, which bounds how long any stream can
+    be held open at all.
     """
 
     def __init__(
@@ -276,7 +281,6 @@ class PeerServer:
         listen: str,
         tls: PeerTls | None,
         options: Sequence[tuple[str, Any]],
-        max_rpcs: int,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -285,7 +289,7 @@ class PeerServer:
         self._thread.start()
         self._server: grpc.aio.Server | None = None
         try:
-            self.port = self._call(self._bind(service, listen, tls, options, max_rpcs))
+            self.port = self._call(self._bind(service, listen, tls, options))
         except Exception:
             self._end_loop()
             raise
@@ -299,11 +303,8 @@ class PeerServer:
         listen: str,
         tls: PeerTls | None,
         options: Sequence[tuple[str, Any]],
-        max_rpcs: int,
     ) -> int:
-        server = grpc.aio.server(
-            options=list(options), maximum_concurrent_rpcs=max_rpcs
-        )
+        server = grpc.aio.server(options=list(options))
         server.add_generic_rpc_handlers((service.handler(),))
         try:
             if tls is None:
