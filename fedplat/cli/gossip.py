@@ -88,6 +88,10 @@ def _peer_from_flags(args: argparse.Namespace, seeds: tuple[str, ...]) -> Any:
 
 def cmd_gossip_node(args: argparse.Namespace) -> int:
     """One real gossip peer, from a scenario file or from flags."""
+    # gRPC's C core logs every failed TLS handshake at INFO, one line each: a
+    # stranger could fill the log. Refusals the peer decides are logged by it,
+    # rate-limited. Must be set before grpc is first imported.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     import torch
 
     from fedplat.gossip.node import peer_from_scenario

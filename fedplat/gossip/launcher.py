@@ -148,6 +148,7 @@ class ProcessLauncher:
         self.recorder = recorder
         self.poll_s = poll_s
         self.env = {
+            "GRPC_VERBOSITY": "ERROR",  # no C-core line per failed handshake
             **(env or os.environ),
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
