@@ -266,69 +266,15 @@ class ProcessLauncher:
 
     def run(self, timeout: float = 600.0) -> LaunchResult:
         """Start every peer, replay the scenario, wait for the end; kill everything."""
-        s = self.scenario
         t0 = time.monotonic()
-        changes: list[GraphChange] = []
-        rounds: list[LaunchRound] = []
-        if self.recorder is not None:
-            test = load_dataset(s.data.dataset, "test")
-            template = build_model(s.model, test.input_shape, test.num_classes, s.seed)
-            self.recorder.start(
-                s,
-                layout_of(template).to_dict(),
-                edge_list(self.network.base),
-                self.network.relay,
-            )
-        for ch in self.network.advance(0):
-            changes.append(ch)
+        self._start_record()
+        changes = list(self.network.advance(0))
         for i in sorted(self.network.alive):
             self._spawn(i, ["--no-data"] if not self.network.has_data(i) else [])
-        done_round = 0
-        last_bytes: dict[int, int] = {}
+        rounds: list[LaunchRound] = []
         seen: dict[int, PeerStatus] = {}
         try:
-            while time.monotonic() - t0 < timeout:
-                time.sleep(self.poll_s)
-                st = self._statuses()
-                seen.update(st)
-                live = [i for i in self.network.alive if self.procs[i].poll() is None]
-                if not live:
-                    break
-                if not st:
-                    continue
-                # Peers still (re)starting do not report yet and do not hold
-                # the others back.
-                low = min(p.round for p in st.values())
-                while done_round < min(low, s.rounds):
-                    done_round += 1
-                    m = self._measure(done_round, st)
-                    rounds.append(m)
-                    if self.recorder is not None:
-                        sent = {i: st[i].bytes_sent - last_bytes.get(i, 0) for i in st}
-                        last_bytes.update({i: st[i].bytes_sent for i in st})
-                        self.recorder.round(
-                            RoundMetrics(
-                                m.round,
-                                m.alive,
-                                m.components,
-                                m.consensus_distance,
-                                sum(sent.values()),
-                                m.mean_accuracy,
-                                m.min_accuracy,
-                                m.node_accuracy,
-                                sent,
-                            )
-                        )
-                    if done_round < s.rounds:
-                        for ch in self.network.advance(done_round):
-                            changes.append(ch)
-                            self._enact(ch)
-                            if self.recorder is not None:
-                                self.recorder.change(ch)
-                if done_round >= s.rounds and all(
-                    i in st and st[i].finished for i in live
-                ):
-                    break
+            self._watch(t0 + timeout, rounds, changes, seen)
         finally:
             codes = self._shutdown()
         gone = set(range(self.network.n)) - self.network.alive
@@ -339,19 +285,10 @@ class ProcessLauncher:
             and not (i in gone and c == -signal.SIGKILL)
         ]
         if self.recorder is not None:
-            link_bytes: dict[tuple[int, int], int] = {}
-            for i, p in seen.items():
-                for nb in p.neighbours:
-                    if not nb.node_id.isdigit():
-                        continue  # not a scenario node (an intruder, a tool)
-                    j = int(nb.node_id)
-                    e = (min(i, j), max(i, j))
-                    link_bytes[e] = link_bytes.get(e, 0) + nb.bytes_sent
+            done = len(rounds) >= self.scenario.rounds
             self.recorder.finish(
-                link_bytes,
-                status="completed"
-                if not crashed and done_round >= s.rounds
-                else "failed",
+                _link_bytes(seen),
+                status="completed" if not crashed and done else "failed",
             )
         return LaunchResult(
             rounds,
@@ -361,6 +298,76 @@ class ProcessLauncher:
             self.restarted,
             sorted(set(crashed)),
             time.monotonic() - t0,
+        )
+
+    def _start_record(self) -> None:
+        if self.recorder is None:
+            return
+        s = self.scenario
+        test = load_dataset(s.data.dataset, "test")
+        template = build_model(s.model, test.input_shape, test.num_classes, s.seed)
+        self.recorder.start(
+            s,
+            layout_of(template).to_dict(),
+            edge_list(self.network.base),
+            self.network.relay,
+        )
+
+    def _watch(
+        self,
+        end: float,
+        rounds: list[LaunchRound],
+        changes: list[GraphChange],
+        seen: dict[int, PeerStatus],
+    ) -> None:
+        """Poll the peers until all finished (or ``end``); replay the scenario
+        as the slowest live peer completes each round."""
+        total = self.scenario.rounds
+        last_bytes: dict[int, int] = {}
+        while time.monotonic() < end:
+            time.sleep(self.poll_s)
+            st = self._statuses()
+            seen.update(st)
+            live = [i for i in self.network.alive if self.procs[i].poll() is None]
+            if not live:
+                return
+            if not st:
+                continue
+            # Peers still (re)starting do not report yet and do not hold the
+            # others back.
+            low = min(p.round for p in st.values())
+            while len(rounds) < min(low, total):
+                m = self._measure(len(rounds) + 1, st)
+                rounds.append(m)
+                self._record_round(m, st, last_bytes)
+                if m.round < total:
+                    for ch in self.network.advance(m.round):
+                        changes.append(ch)
+                        self._enact(ch)
+                        if self.recorder is not None:
+                            self.recorder.change(ch)
+            if len(rounds) >= total and all(i in st and st[i].finished for i in live):
+                return
+
+    def _record_round(
+        self, m: LaunchRound, st: dict[int, PeerStatus], last_bytes: dict[int, int]
+    ) -> None:
+        if self.recorder is None:
+            return
+        sent = {i: st[i].bytes_sent - last_bytes.get(i, 0) for i in st}
+        last_bytes.update({i: st[i].bytes_sent for i in st})
+        self.recorder.round(
+            RoundMetrics(
+                m.round,
+                m.alive,
+                m.components,
+                m.consensus_distance,
+                sum(sent.values()),
+                m.mean_accuracy,
+                m.min_accuracy,
+                m.node_accuracy,
+                sent,
+            )
         )
 
     def _enact(self, ch: GraphChange) -> None:
@@ -393,3 +400,16 @@ class ProcessLauncher:
         for c in self.clients.values():
             c.close()
         return codes
+
+
+def _link_bytes(seen: dict[int, PeerStatus]) -> dict[tuple[int, int], int]:
+    """Bytes each scenario link carried, from the peers' last statuses."""
+    out: dict[tuple[int, int], int] = {}
+    for i, p in seen.items():
+        for nb in p.neighbours:
+            if not nb.node_id.isdigit():
+                continue  # not a scenario node (an intruder, a tool)
+            j = int(nb.node_id)
+            e = (min(i, j), max(i, j))
+            out[e] = out.get(e, 0) + nb.bytes_sent
+    return out
