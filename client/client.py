@@ -11,6 +11,15 @@ round's training settings from the coordinator (epochs, batch_size, lr, ...). It
 returns a :class:`FitResult` (or just the number of examples used). The SDK downloads
 the global model, calls ``train_fn``, sends ``new - global`` through the middleware
 chain, and survives coordinator restarts and network loss with exponential backoff.
+
+Identity: the client keeps an Ed25519 key (``state_dir/identity.key``, created on
+first start), registers its public half at enrolment and signs every update with
+it; the coordinator admits it with an ``enrolment_token`` (or its TLS client
+certificate). Errors no retry can fix (a refused enrolment or model, a TLS
+certificate that does not verify) stop the client with one clear message.
+
+Memory: during a round the client holds the model and one model-sized vector
+(the global model, overwritten in place by the update that is sent from it).
 """
 
 from __future__ import annotations
@@ -22,34 +31,47 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from fedplat.client.backoff import Backoff
-from fedplat.client.middleware import ByteCounter, Middleware, OutgoingUpdate, chain
-from fedplat.client.uplink import UplinkLayer
+from fedplat.client.middleware import ByteCounter, Middleware, chain
 
-from fedplat.transport import codec
+from fedplat.security.identity import ENROL, UPDATE, Identity
 from fedplat.transport.base import Connection
 from fedplat.transport.errors import (
     DuplicateUpdate,
     FedplatError,
     InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
     StaleUpdate,
+    TlsError,
     Unauthenticated,
     Unavailable,
     UnknownClient,
 )
 from fedplat.transport.messages import (
+    PAYLOAD_V1,
     EnrollRequest,
+    OutgoingUpdate,
     Task,
     TaskKind,
     UpdateHeader,
     UploadAck,
+    update_statement,
 )
-from fedplat.vectors import Layout, flatten, layout_of, load_vector
+from fedplat.uplink.body import EncodedBody, dense_body
+from fedplat.uplink.client import UplinkLayer
+from fedplat.vectors import (
+    Layout,
+    all_finite,
+    delta_into,
+    layout_of,
+    load_vector,
+)
 
 log = logging.getLogger("fedplat.client")
 
@@ -86,10 +108,6 @@ def _as_fit_result(out: Any, default_examples: int) -> FitResult:
     )
 
 
-class ClientStopped(Exception):
-    """Raised inside the loop when :meth:`Client.stop` was called."""
-
-
 class Client:
     """A federated client (see module docstring)."""
 
@@ -102,6 +120,7 @@ class Client:
         *,
         num_examples: int = 0,
         name: str | None = None,
+        enrolment_token: str | None = None,
         insecure: bool = False,
         root_certificates: bytes | None = None,
         private_key: bytes | None = None,
@@ -109,6 +128,7 @@ class Client:
         connection_factory: Callable[[], Connection] | None = None,
         middleware: Sequence[Middleware] = (),
         state_dir: str | os.PathLike[str] | None = None,
+        identity: Identity | None = None,
         backoff: Backoff | None = None,
         poll_seconds: float = 10.0,
         give_up_after: float | None = None,
@@ -137,9 +157,17 @@ class Client:
         self.eval_fn = eval_fn
         self.num_examples = num_examples
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.enrolment_token = enrolment_token or ""
         self._factory = connection_factory
         self.counter = ByteCounter()
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        if identity is None:
+            identity = (
+                Identity.load_or_create(self.state_dir / "identity.key")
+                if self.state_dir is not None
+                else Identity.generate()
+            )
+        self.identity = identity
         # Innermost: compression and privacy as the coordinator's task asks.
         self.uplink = UplinkLayer(self.layout, self.state_dir)
         self._send = chain(
@@ -153,10 +181,12 @@ class Client:
         self._thread: threading.Thread | None = None
         self._conn: Connection | None = None
         self.client_id = self._load_client_id()
+        self.run_id = ""
         self.enrolled = False
         self.rounds_done = 0
         self.finished = False
-        self._pending: tuple[str, UpdateHeader, bytes] | None = None
+        self._global: torch.Tensor | None = None
+        self._pending: tuple[str, UpdateHeader, EncodedBody] | None = None
         self.last_error: str | None = None
 
     # --------------------------------------------------------------- persistence
@@ -200,41 +230,62 @@ class Client:
         self.enrolled = False
 
     def enroll(self) -> None:
-        e = self.conn.enroll(
-            EnrollRequest(
-                name=self.name,
-                num_examples=self.num_examples,
-                layout=self.layout,
-                client_id=self.client_id,
-                info=self.info,
+        """Prove the identity key on a fresh challenge and start a session."""
+        try:
+            e = self._enroll_as(self.client_id)
+        except UnknownClient:
+            if not self.client_id:
+                raise
+            # The coordinator does not know our id (a new run or store): enrol
+            # as a new client (this needs an admission credential again).
+            log.info(
+                "client %s: %s unknown to the coordinator; enrolling anew",
+                self.name,
+                self.client_id,
             )
-        )
+            e = self._enroll_as("")
         self.client_id = e.client_id
+        self.run_id = e.run_id
         self.enrolled = True
         self._save_client_id()
         log.info(
             "client %s enrolled in run %s as %s", self.name, e.run_name, e.client_id
         )
 
+    def _enroll_as(self, client_id: str):  # type: ignore[no-untyped-def]
+        ch = self.conn.challenge(client_id)
+        key = self.identity.public_key
+        return self.conn.enroll(
+            EnrollRequest(
+                name=self.name,
+                num_examples=self.num_examples,
+                layout=self.layout,
+                client_id=client_id,
+                info=self.info,
+                public_key=key,
+                challenge=ch.challenge,
+                signature=self.identity.sign(ENROL, ch.challenge, client_id, key),
+                enrolment_token="" if client_id else self.enrolment_token,
+            )
+        )
+
     # --------------------------------------------------------------- work
     def _terminal_send(self, upd: OutgoingUpdate) -> UploadAck:
-        if upd.data is None:
-            data, encoding = codec.encode_dense(upd.vector), codec.DENSE_F32
-        else:
-            data, encoding = upd.data, upd.encoding or codec.DENSE_F32
+        body = upd.body if upd.body is not None else dense_body(upd.vector)
         header = UpdateHeader(
             task_id=upd.task.task_id,
             round=upd.task.round,
             num_examples=upd.num_examples,
             layout=self.layout,
-            total_bytes=len(data),
-            sha256=codec.sha256_hex(data),
-            encoding=encoding,
-            encoding_params=dict(upd.encoding_params),
+            total_bytes=body.nbytes,
+            sha256=body.sha256,
+            encoding=PAYLOAD_V1,
             metrics=dict(upd.metrics),
         )
-        self._pending = (upd.task.task_id, header, data)
-        ack = self.conn.upload_update(header, data)
+        statement = update_statement(self.run_id, header, upd.task.nonce)
+        header = replace(header, signature=self.identity.sign(UPDATE, *statement))
+        self._pending = (upd.task.task_id, header, body)
+        ack = self.conn.upload_update(header, body)
         self._pending = None
         return ack
 
@@ -242,28 +293,29 @@ class Client:
         """Train on one TRAIN task and upload the update."""
         if self._pending is not None and self._pending[0] == task.task_id:
             # The upload was interrupted (network loss): resend, don't retrain.
-            _, header, data = self._pending
-            self.conn.upload_update(header, data)
+            _, header, body = self._pending
+            self.conn.upload_update(header, body)
             self._pending = None
             self.rounds_done += 1
             return
         self._pending = None
-        payload = self.conn.download_model(task.task_id)
-        if payload.layout != self.layout:
+        if self._global is None:
+            self._global = torch.empty(self.layout.numel, dtype=torch.float32)
+        info = self.conn.download_model(task.task_id, self._global)
+        if info.layout != self.layout:
             raise InvalidArgument(
                 "global model layout differs from the local model: "
-                f"{self.layout.describe_mismatch(payload.layout)}"
+                f"{self.layout.describe_mismatch(info.layout)}"
             )
-        global_vec = codec.decode(payload.encoding, payload.data, self.layout.numel)
-        load_vector(self.model, global_vec, self.layout)
+        load_vector(self.model, self._global, self.layout)
         t0 = time.perf_counter()
         self.model.train()
         fit = _as_fit_result(
-            self.train_fn(self.model, dict(task.config)), self.num_examples
+            self.train_fn(self.model, task.config.train_config()), self.num_examples
         )
         metrics = {**fit.metrics, "train_seconds": time.perf_counter() - t0}
-        delta = flatten(self.model, self.layout) - global_vec
-        if not bool(torch.isfinite(delta).all()):
+        delta = delta_into(self.model, self._global, self.layout)
+        if not all_finite(delta):
             raise InvalidArgument(
                 "local training produced non-finite weights; not uploading"
             )
@@ -305,7 +357,12 @@ class Client:
         return task
 
     def run(self) -> None:
-        """Participate until the run finishes or :meth:`stop` is called."""
+        """Participate until the run finishes or :meth:`stop` is called.
+
+        Raises the error that stopped it when no retry can help
+        (:class:`PermissionDenied`, :class:`InvalidArgument` on enrolment,
+        :class:`TlsError`), or :class:`ConnectionError` after ``give_up_after``.
+        """
         attempt = 0
         failing_since: float | None = None
         while not self._stop.is_set():
@@ -322,11 +379,11 @@ class Client:
                 if task.kind is TaskKind.WAIT and task.retry_after > 0:
                     self._stop.wait(min(task.retry_after, 5.0))
             except (UnknownClient, Unauthenticated) as exc:
-                # Typically a coordinator restart: enrol again with the same id.
+                # A coordinator restart or an expired session: enrol again.
                 log.info("client %s: re-enrolling (%s)", self.name, exc.reason)
                 self.enrolled = False
                 self._stop.wait(self.backoff.delay(0))
-            except Unavailable as exc:
+            except (Unavailable, ResourceExhausted) as exc:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if (
@@ -340,19 +397,15 @@ class Client:
                 delay = self.backoff.delay(attempt)
                 attempt += 1
                 log.warning(
-                    "client %s: coordinator unavailable (%s); retry in %.1fs",
-                    self.name,
-                    exc.reason,
-                    delay,
+                    "client %s: %s; retry in %.1fs", self.name, exc.reason, delay
                 )
-                self._reset_connection()
+                if isinstance(exc, Unavailable):
+                    self._reset_connection()
                 self._stop.wait(delay)
-            except InvalidArgument as exc:
-                # e.g. enrolment refused for a model layout mismatch: not retryable.
+            except (InvalidArgument, PermissionDenied, TlsError) as exc:
+                # Refused enrolment, wrong model, revoked, TLS: not retryable.
                 self.last_error = exc.reason
-                log.error(
-                    "client %s: refused by the coordinator: %s", self.name, exc.reason
-                )
+                log.error("client %s: stopped: %s", self.name, exc.reason)
                 raise
             except FedplatError as exc:
                 log.warning("client %s: %s", self.name, exc)
@@ -376,7 +429,7 @@ class Client:
             self.run()
         except Exception as exc:
             self.last_error = str(exc)
-            log.exception("client %s stopped with an error", self.name)
+            log.error("client %s stopped with an error: %s", self.name, exc)
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to return after the current step (safe in a signal

@@ -10,31 +10,13 @@ layers; they never touch the network themselves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
-import torch
-
-from fedplat.transport.messages import Task, UploadAck
+from fedplat.transport.messages import OutgoingUpdate, Send, UploadAck
 
 log = logging.getLogger("fedplat.client")
-
-
-@dataclass(frozen=True)
-class OutgoingUpdate:
-    """An update on its way out. ``vector`` is ``[d]`` float32 (new - global)."""
-
-    task: Task
-    vector: torch.Tensor
-    num_examples: int
-    metrics: dict[str, float] = field(default_factory=dict)
-    encoding: str | None = None  # set by an encoding layer together with ``data``
-    data: bytes | None = None
-    encoding_params: dict[str, str] = field(default_factory=dict)
-
-
-Send = Callable[[OutgoingUpdate], UploadAck]
 
 
 class Middleware(Protocol):

@@ -200,8 +200,49 @@ def load_vector(
             sd[name].copy_(t)
 
 
-def check_finite(vec: torch.Tensor) -> None:
-    """Raise :class:`LayoutError` if the vector holds NaN or Inf."""
-    if not bool(torch.isfinite(vec).all()):
-        bad = int((~torch.isfinite(vec)).sum())
-        raise LayoutError(f"vector holds {bad} non-finite values (NaN or Inf)")
+def delta_into(
+    model: torch.nn.Module, base: torch.Tensor, layout: Layout | None = None
+) -> torch.Tensor:
+    """Overwrite ``base`` (``[d]`` float32, the flat vector the model started
+    from) with ``flatten(model) - base`` in place, tensor by tensor: the update
+    without a second model-sized buffer."""
+    layout = layout or layout_of(model)
+    sd = model.state_dict()
+    with torch.no_grad():
+        for spec, (a, b) in zip(layout.specs, layout.offsets(), strict=True):
+            part = base[a:b]
+            torch.sub(
+                sd[spec.name].detach().reshape(-1).to(torch.float32), part, out=part
+            )
+    return base
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite: the one finiteness test of fedplat.
+
+    One pass and no allocation of ``t``'s size for float32/float16/bfloat16
+    (``torch.isfinite(t).all()`` allocates two such tensors, page faults
+    included: ~2 ms at ``d = 1e6``): their float64 sum cannot overflow, so it is
+    finite exactly when every entry is (an inf or a NaN makes it inf or NaN).
+    """
+    if t.numel() == 0:
+        return True
+    if t.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return math.isfinite(float(t.sum(dtype=torch.float64)))
+    if not torch.is_floating_point(t):
+        return True
+    return bool(torch.isfinite(t).all())
+
+
+def count_nonfinite(t: torch.Tensor) -> int:
+    """How many entries of ``t`` are NaN or Inf (for error messages)."""
+    return 0 if all_finite(t) else int((~torch.isfinite(t)).sum())
+
+
+def check_finite(
+    vec: torch.Tensor, what: str = "vector", error: type[Exception] = LayoutError
+) -> None:
+    """Raise ``error`` naming how many entries of ``vec`` are NaN or Inf."""
+    if not all_finite(vec):
+        bad = count_nonfinite(vec)
+        raise error(f"{what} holds {bad} non-finite values (NaN or Inf)")

@@ -1,1 +1,1 @@
-"""Coordinator (imported as ``fedplat.server``)."""
+"""The coordinator (``fedplat.server``); see :mod:`fedplat.server.coordinator`."""

@@ -1,121 +1,192 @@
-"""Serve a run: a gRPC server (+ health service) around a round engine."""
+"""Serve a run: a ``grpc.aio`` server (+ health) around a coordinator.
+
+The event loop runs the server; the round driver and the recorder run in threads
+of their own, so aggregation and store writes never block a client's call.
+``serve`` returns the process's exit status: 0 when the run completed (or was
+stopped cleanly to be resumed), 1 when it failed, 2 for configuration errors
+(raised as :class:`~fedplat.server.config.ConfigError`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
-from concurrent import futures
 from pathlib import Path
-from types import FrameType
 
 import grpc
-from fedplat.server.config import RunConfig
-from fedplat.server.engine import RoundEngine
-from fedplat.server.servicer import CoordinatorServicer
+from fedplat.server.config import ConfigError, RunConfig
+from fedplat.server.coordinator import Coordinator
+from fedplat.server.servicer import SERVICE, CoordinatorServicer
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.store import Store
 
 log = logging.getLogger("fedplat.server")
-SERVICE_NAME = "fedplat.v1.Coordinator"
 
 
-class Coordinator:
-    """A running coordinator: ``start()``, ``wait()``, ``stop()``."""
+def _credentials(cfg: RunConfig) -> grpc.ServerCredentials | None:
+    s = cfg.server
+    if s.insecure:
+        return None
+    assert s.tls is not None  # guaranteed by config validation
+    try:
+        key = Path(s.tls.key).read_bytes()
+        cert = Path(s.tls.cert).read_bytes()
+        ca = Path(s.tls.client_ca).read_bytes() if s.tls.client_ca else None
+    except OSError as exc:
+        raise ConfigError(
+            f"server.tls: cannot read {exc.filename}: {exc.strerror}"
+        ) from None
+    for what, pem in (("cert", cert), ("key", key), ("client_ca", ca)):
+        if pem is not None and b"-----BEGIN" not in pem:
+            raise ConfigError(f"server.tls.{what} is not a PEM file")
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+class Server:
+    """A coordinator served over gRPC: ``await start()``, ``run_until_done()``."""
 
     def __init__(self, cfg: RunConfig, store: Store | None = None) -> None:
         self.cfg = cfg
         self.store = store or Store(cfg.store.url)
-        self.engine = RoundEngine(cfg, self.store)
+        self.coord = Coordinator(cfg, self.store)
         self.stop_event = threading.Event()
-        s = cfg.server
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(
-                max_workers=s.max_workers, thread_name_prefix="fedplat-rpc"
-            ),
-            options=[
-                ("grpc.max_send_message_length", s.max_message_bytes),
-                ("grpc.max_receive_message_length", s.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-            ],
-            maximum_concurrent_rpcs=s.max_workers * 4,
-        )
-        pb_grpc.add_CoordinatorServicer_to_server(
-            CoordinatorServicer(self.engine), self.server
-        )
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if s.insecure:
-            self.port = self.server.add_insecure_port(s.address)
-        else:
-            assert s.tls is not None  # guaranteed by config validation
-            key = Path(s.tls.key).read_bytes()
-            cert = Path(s.tls.cert).read_bytes()
-            ca = Path(s.tls.client_ca).read_bytes() if s.tls.client_ca else None
-            creds = grpc.ssl_server_credentials(
-                [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-            )
-            self.port = self.server.add_secure_port(s.address, creds)
-        if self.port == 0:
-            raise OSError(f"cannot bind {s.address}")
+        self.crashed: BaseException | None = None
+        self.port = 0
         self._driver = threading.Thread(
             target=self._drive, name="fedplat-driver", daemon=True
         )
 
     def _drive(self) -> None:
         try:
-            self.engine.run(self.stop_event)
-        except Exception:
+            self.coord.driver.run(self.stop_event)
+        except BaseException as exc:  # the run must be marked, whatever happened
+            self.crashed = exc
             log.exception("round driver crashed")
-            self.store.add_event(
-                self.engine.run_id,
-                "coordinator_error",
-                "round driver crashed; see the coordinator log",
-                level="error",
-            )
+            try:
+                self.coord.driver.closer.give_up(
+                    f"the round driver crashed: {type(exc).__name__}: {exc}"
+                )
+            except Exception:
+                log.exception("could not record the crash in the store")
             self.stop_event.set()
 
-    def start(self) -> None:
-        self.server.start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    async def start(self) -> None:
+        s = self.cfg.server
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", s.max_message_bytes),
+                ("grpc.max_receive_message_length", s.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+                # A client must answer keepalive pings; dead peers are dropped.
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.max_pings_without_data", 0),
+            ],
+        )
+        self.server.add_generic_rpc_handlers(
+            (CoordinatorServicer(self.coord).handler(),)
+        )
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        creds = _credentials(self.cfg)
+        try:
+            self.port = (
+                self.server.add_insecure_port(s.address)
+                if creds is None
+                else self.server.add_secure_port(s.address, creds)
+            )
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {s.address}: {exc}") from None
+        if self.port == 0:
+            raise ConfigError(f"cannot listen on {s.address} (in use, or not local)")
+        await self.server.start()
+        for name in ("", SERVICE):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.coord.ctx.recorder.start()
         self._driver.start()
         log.info(
             "coordinator for run %r listening on port %d", self.cfg.run.name, self.port
         )
 
-    def wait(self) -> None:
-        """Block until the run finishes (or stop); keep serving FINISHED briefly."""
+    async def wait(self) -> None:
         while not self.stop_event.is_set() and self._driver.is_alive():
-            self._driver.join(timeout=0.5)
+            await asyncio.sleep(0.2)
 
-    def stop(self, grace: float = 2.0) -> None:
+    async def stop(self, grace: float = 2.0) -> None:
         self.stop_event.set()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self._driver.join(timeout=10)
-        self.server.stop(grace).wait()
+        for name in ("", SERVICE):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await asyncio.to_thread(self._driver.join, 10)
+        await self.server.stop(grace)
+        self.coord.ctx.recorder.stop()
         self.store.close()
 
 
-def serve(cfg: RunConfig, *, linger_seconds: float = 3.0) -> int:
-    """Run the coordinator until the run completes or SIGINT/SIGTERM; exit code."""
-    coord = Coordinator(cfg)
+class BackgroundServer:
+    """A coordinator served from a thread of its own (its own event loop), for
+    programs and tests that keep their own main loop::
 
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
-        coord.stop_event.set()
+        srv = BackgroundServer(cfg).start()   # returns once it listens
+        ...
+        srv.stop()
+    """
 
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-    coord.start()
-    coord.wait()
-    finished = coord.engine.finished
-    if finished and not coord.stop_event.is_set():
+    def __init__(self, cfg: RunConfig, store: Store | None = None) -> None:
+        self.server = Server(cfg, store)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="fedplat-server-loop", daemon=True
+        )
+
+    @property
+    def coord(self) -> Coordinator:
+        return self.server.coord
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self, timeout: float = 60.0) -> BackgroundServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(
+            timeout
+        )
+        return self
+
+    def stop(self, grace: float = 0.0) -> None:
+        fut = asyncio.run_coroutine_threadsafe(self.server.stop(grace), self._loop)
+        fut.result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+async def _serve(cfg: RunConfig, linger_seconds: float) -> int:
+    srv = Server(cfg)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, srv.stop_event.set)
+    await srv.start()
+    await srv.wait()
+    finished = srv.coord.finished and srv.crashed is None
+    if finished and not srv.stop_event.is_set():
         # Let polling clients hear FINISHED before the socket closes.
-        coord.stop_event.wait(linger_seconds)
-    status = coord.engine.run_record.status
-    coord.stop()
-    return 0 if status == "completed" or not finished else 1
+        await asyncio.sleep(linger_seconds)
+    run = srv.coord.run_record
+    await srv.stop()
+    if srv.crashed is not None:
+        return 1
+    log.info("run %s: %s after %d rounds", cfg.run.name, run.status, run.current_round)
+    return 1 if run.status == "failed" else 0
+
+
+def serve(cfg: RunConfig, *, linger_seconds: float = 3.0) -> int:
+    """Run the coordinator until the run ends or SIGINT/SIGTERM; exit status."""
+    return asyncio.run(_serve(cfg, linger_seconds))
+
+
+__all__ = ["BackgroundServer", "Server", "serve"]

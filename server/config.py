@@ -76,6 +76,10 @@ class SelectionSection(Strict):
 
 class DeadlineSection(Strict):
     round_seconds: float = Field(default=120.0, gt=0)
+    # A run that cannot gather ``min_available`` live clients within this many
+    # seconds fails with a stored reason (None: wait indefinitely, visibly, as
+    # "waiting for clients: 3/8" on the monitor).
+    wait_for_clients_seconds: float | None = Field(default=None, gt=0)
     # A round closes early once every selected client answered; with this set it
     # also closes as soon as quorum is reached and this many seconds passed.
     close_after_quorum_seconds: float | None = Field(default=None, ge=0)
@@ -101,7 +105,17 @@ class AggregatorSection(Strict):
     name: str = "fedavg"
     params: dict[str, Any] = Field(default_factory=dict)
     pre: list[PreAggregatorSpec] = Field(default_factory=list)
-    weighted: bool = True  # pass example counts as weights to the rule
+    # Pass example counts as weights to the rule. Default: yes for fedavg, no for
+    # the robust rules (their guarantees assume unweighted rows, and a weight is
+    # a number the client declares).
+    weighted: bool | None = None
+    # The weight of a client is min(declared examples, this cap, the cap its
+    # enrolment token carries): no client can buy influence by declaring more.
+    max_examples_per_client: int = Field(default=100_000, ge=1)
+
+    @property
+    def is_weighted(self) -> bool:
+        return self.name == "fedavg" if self.weighted is None else self.weighted
 
 
 class ServerOptimizerSection(Strict):
@@ -180,6 +194,28 @@ class TlsSection(Strict):
     client_ca: str | None = None  # set to require client certificates (mTLS)
 
 
+class AdmissionSection(Strict):
+    """Who may enrol (see docs/security.md).
+
+    ``tokens``: a single-use token from ``fedplat tokens create`` (the default,
+    also over plaintext); ``mtls``: the client certificate is the identity (the
+    default when ``server.tls.client_ca`` is set); ``open``: anyone who reaches the
+    port, capped by ``max_clients`` and ``enrol_per_second``, only when asked for.
+    """
+
+    mode: Literal["tokens", "mtls", "open"] | None = None
+    max_clients: int = Field(default=10_000, ge=1, le=1_000_000)
+    # Enrolment rate limit (token bucket) in every mode; open mode relies on it.
+    enrol_per_second: float = Field(default=50.0, gt=0)
+    enrol_burst: int = Field(default=200, ge=1)
+    # Outstanding challenges (enrolments begun but not finished).
+    max_pending: int = Field(default=2_000, ge=1)
+    challenge_seconds: float = Field(default=60.0, gt=0, le=3600)
+    session_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)
+    # How often revocations made with `fedplat clients revoke` are picked up.
+    revocation_poll_seconds: float = Field(default=5.0, gt=0)
+
+
 class ServerSection(Strict):
     address: str = "127.0.0.1:50051"
     # Plaintext gRPC must be asked for explicitly; otherwise TLS is required.
@@ -188,8 +224,14 @@ class ServerSection(Strict):
     max_message_bytes: int = Field(default=4 * MiB, ge=64 * 1024, le=1024 * MiB)
     chunk_bytes: int = Field(default=1 * MiB, ge=1024)
     max_update_bytes: int = Field(default=1024 * MiB, ge=1024)
-    max_workers: int = Field(default=32, ge=2, le=1024)
     long_poll_seconds: float = Field(default=10.0, gt=0, le=300)
+    # A stream that sends nothing for this long is cut (RESOURCE_EXHAUSTED).
+    stream_idle_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Updates decoded at once (each holds one model-sized scratch row).
+    max_concurrent_uploads: int = Field(default=8, ge=1, le=1024)
+    # Rows whose L2 norm exceeds this are refused as implausible (finite but
+    # huge values would otherwise defeat distance-based rules).
+    max_update_norm: float = Field(default=1e6, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> ServerSection:
@@ -221,12 +263,26 @@ class RunConfig(Strict):
     store: StoreSection = StoreSection()
     checkpoints: CheckpointSection = CheckpointSection()
     server: ServerSection = ServerSection(insecure=True)
+    admission: AdmissionSection = AdmissionSection()
+
+    @property
+    def admission_mode(self) -> Literal["tokens", "mtls", "open"]:
+        if self.admission.mode is not None:
+            return self.admission.mode
+        tls = self.server.tls
+        return "mtls" if tls is not None and tls.client_ca else "tokens"
 
     @model_validator(mode="after")
     def _check_privacy(self) -> RunConfig:
+        if self.admission.mode == "mtls" and (
+            self.server.tls is None or not self.server.tls.client_ca
+        ):
+            raise ValueError(
+                "admission.mode mtls needs server.tls.client_ca (mutual TLS)"
+            )
         if self.privacy.mode == "central" and (
             self.aggregator.name != "fedavg"
-            or self.aggregator.weighted
+            or self.aggregator.is_weighted
             or self.aggregator.pre
         ):
             raise ValueError(

@@ -158,7 +158,9 @@ def load_rounds(url: str, run_id: str) -> pd.DataFrame:
 def load_participations(url: str, run_id: str) -> pd.DataFrame:
     store = open_store(url)
     return data.participations_frame(
-        store.list_participations(run_id), store.list_clients(run_id)
+        store.list_participations(run_id),
+        store.list_clients(run_id),
+        store.list_contributions(run_id),
     )
 
 
@@ -176,7 +178,9 @@ def load_contributions(url: str, run_id: str) -> ledger.Contributions:
 def load_clients(url: str, run_id: str) -> pd.DataFrame:
     store = open_store(url)
     clients = store.list_clients(run_id)
-    parts = data.participations_frame(store.list_participations(run_id), clients)
+    parts = data.participations_frame(
+        store.list_participations(run_id), clients, store.list_contributions(run_id)
+    )
     board = load_contributions(url, run_id).board
     return data.clients_frame(clients, parts, board)
 

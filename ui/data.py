@@ -16,19 +16,20 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fedplat.store import (
     ClientRecord,
+    ContributionRecord,
     EventRecord,
     MetricRecord,
     ParticipationRecord,
     RoundRecord,
     RunRecord,
     Store,
+    Verdict,
 )
 
 # Metric names written by other components (see their modules); the monitor only
@@ -86,41 +87,41 @@ VERDICT_COLORS = (
 )
 
 
-def verdict(status: str, flags: dict[str, Any]) -> str:
+def verdict(
+    status: str, v: Verdict, contribution: ContributionRecord | None = None
+) -> str:
     """The heat map's label for one participation.
 
-    A succeeded update carries the aggregator's decision in ``flags``
-    (``{"selected": bool, "score": float | None, "flags": [str, ...]}``) and,
-    when contribution accounting ran, its verdict under ``"contribution"``
-    (``{"flags": [...], "suspect": bool, ...}``); an update without either was
-    received but never aggregated (the round failed, or it is still open). Other
-    statuses say why there was no update to judge. "suspect" (free-riding or an
-    outlier score) outranks the aggregator's verdicts, which robust rules also
-    give honest clients with unusual data.
+    A succeeded update carries the aggregator's typed verdict (``selected``,
+    ``score``, ``flags``) and, when contribution accounting ran, a contribution
+    row (``suspect``, ``flags``); an update without a verdict was received but
+    never aggregated (the round failed, or it is still open). Other statuses say
+    why there was no update to judge. "suspect" (free-riding or an outlier score)
+    outranks the aggregator's verdicts, which robust rules also give honest
+    clients with unusual data.
     """
     if status != "succeeded":
         return OUTCOME_OF_STATUS.get(status, status)
-    if not flags:
+    if v.selected is None:
         return "not aggregated"
-    contribution = flags.get("contribution")
-    if isinstance(contribution, dict) and contribution.get("suspect"):
+    if contribution is not None and contribution.suspect:
         return "suspect"
-    if flags.get("selected") is False:
+    if v.selected is False:
         return "excluded"
-    if flags.get("flags"):
+    if v.flags:
         return "flagged"
     return "accepted"
 
 
-def flag_labels(flags: dict[str, Any]) -> list[str]:
+def flag_labels(
+    v: Verdict, contribution: ContributionRecord | None = None
+) -> list[str]:
     """The aggregator's flags plus contribution accounting's own (its ``agg:*``
     labels repeat the aggregator's and are left out)."""
-    labels = [str(x) for x in flags.get("flags") or []]
-    contribution = flags.get("contribution")
-    if isinstance(contribution, dict):
-        for x in contribution.get("flags") or []:
-            if not str(x).startswith("agg:") and str(x) not in labels:
-                labels.append(str(x))
+    labels = [str(x) for x in v.flags]
+    for x in contribution.flags if contribution is not None else ():
+        if not str(x).startswith("agg:") and str(x) not in labels:
+            labels.append(str(x))
     return labels
 
 
@@ -316,14 +317,18 @@ PARTICIPATION_COLUMNS = [
 
 
 def participations_frame(
-    parts: Sequence[ParticipationRecord], clients: Sequence[ClientRecord]
+    parts: Sequence[ParticipationRecord],
+    clients: Sequence[ClientRecord],
+    contributions: Sequence[ContributionRecord] = (),
 ) -> pd.DataFrame:
     """One row per (round, client) with the outcome and the aggregator's verdict."""
     names = {c.id: c.name for c in clients}
+    contrib = {(c.round_number, c.client_id): c for c in contributions}
     rows = []
     for p in parts:
-        score = p.flags.get("score")
-        labels = flag_labels(p.flags)
+        c = contrib.get((p.round_number, p.client_id))
+        score = p.verdict.score
+        labels = flag_labels(p.verdict, c)
         rows.append(
             {
                 "round": p.round_number,
@@ -331,7 +336,7 @@ def participations_frame(
                 "client": names.get(p.client_id, p.client_id),
                 "status": p.status,
                 "outcome": OUTCOME_OF_STATUS.get(p.status, p.status),
-                "verdict": verdict(p.status, p.flags),
+                "verdict": verdict(p.status, p.verdict, c),
                 "score": float(score) if isinstance(score, int | float) else None,
                 "weight": p.weight,
                 "flags": ", ".join(str(x) for x in labels),

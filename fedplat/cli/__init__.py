@@ -3,7 +3,8 @@
 Subcommands: ``coordinator`` (serve a run), ``client`` (a reference client),
 ``sim`` (in-process simulation), ``demo``, ``monitor`` (the web monitor),
 ``ledger`` (verify or export a contribution ledger), ``gossip`` (peer-to-peer
-learning) and ``certs`` (a CA for TLS). Each lives in a module of this
+learning), ``certs`` (a CA for TLS), ``tokens``, ``clients`` and ``store check``
+(operator commands on a store). Each lives in a module of this
 package with a ``register(sub)`` function; user errors print one line and exit
 with status 2.
 """
@@ -13,10 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedplat.cli import certs, demo, gossip, ledger, monitor, run
+from fedplat.cli import admin, certs, demo, gossip, ledger, monitor, run
 from fedplat.cli.common import CliError, setup_logging
 
-_COMMANDS = (run, demo, monitor, ledger, gossip, certs)
+_COMMANDS = (run, demo, monitor, ledger, gossip, certs, admin)
 DESCRIPTION = (
     "fedplat: federated learning with a gRPC coordinator, a client SDK, "
     "in-process simulation, a web monitor of runs, a tamper-evident contribution "

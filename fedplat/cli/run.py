@@ -5,18 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
-from fedplat.cli.common import PARTITION_HELP, json_arg, partition_arg
+from fedplat.cli.common import PARTITION_HELP, CliError, json_arg, partition_arg
+from fedplat.transport.errors import FedplatError
 
 log = logging.getLogger("fedplat.cli")
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from fedplat.server.app import serve
+    from fedplat.server.checkpoint import CheckpointError
     from fedplat.server.config import load_config
+    from fedplat.store import StoreError
 
     overrides: dict[str, Any] = {}
     if args.address:
@@ -24,7 +29,10 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if args.db:
         overrides["store"] = {"url": args.db}
     cfg = load_config(args.config, overrides=overrides)
-    return serve(cfg)
+    try:
+        return serve(cfg)
+    except (StoreError, CheckpointError, OSError) as exc:
+        raise CliError(str(exc)) from None
 
 
 def cmd_client(args: argparse.Namespace) -> int:
@@ -43,8 +51,11 @@ def cmd_client(args: argparse.Namespace) -> int:
         partition_params=pparams,
         seed=args.seed,
     )
-    parts = reference_parts(spec)
-    root = Path(args.root_cert).read_bytes() if args.root_cert else None
+    try:
+        parts = reference_parts(spec)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    root, key, chain, token = _client_credentials(args)
     middleware: list[Any] = []
     if args.attack:
         from fedplat.reference.byzantine import AttackLayer
@@ -61,6 +72,9 @@ def cmd_client(args: argparse.Namespace) -> int:
         name=args.name or f"client-{args.partition_id}",
         insecure=args.insecure,
         root_certificates=root,
+        private_key=key,
+        certificate_chain=chain,
+        enrolment_token=token,
         state_dir=args.state_dir,
         give_up_after=args.give_up_after,
         middleware=middleware,
@@ -75,9 +89,41 @@ def cmd_client(args: argparse.Namespace) -> int:
     except ConnectionError as exc:
         log.error("%s", exc)
         return 2
+    except FedplatError as exc:  # refused, revoked, TLS: logged by the client
+        print(f"fedplat: {exc.reason}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def _client_credentials(
+    args: argparse.Namespace,
+) -> tuple[bytes | None, bytes | None, bytes | None, str | None]:
+    """CA, client key and certificate (mTLS), enrolment token."""
+    if args.insecure and (args.root_cert or args.cert):
+        raise CliError("--insecure cannot be combined with --root-cert or --cert")
+    if bool(args.cert) != bool(args.key):
+        raise CliError("--cert and --key go together (mutual TLS)")
+    token = args.token or os.environ.get("FEDPLAT_ENROLMENT_TOKEN")
+    if args.token_file:
+        raw = _read(args.token_file, "token file") or b""
+        token = raw.decode("utf-8", "replace").strip()
+    return (
+        _read(args.root_cert, "CA file"),
+        _read(args.key, "key file"),
+        _read(args.cert, "certificate file"),
+        token or None,
+    )
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -165,6 +211,14 @@ def register(sub: Any) -> None:
     k.add_argument("--address", required=True)
     k.add_argument("--insecure", action="store_true", help="plaintext gRPC (no TLS)")
     k.add_argument("--root-cert", help="PEM file of the CA that signed the server cert")
+    k.add_argument("--cert", help="client certificate PEM (mutual TLS)")
+    k.add_argument("--key", help="client private key PEM (mutual TLS)")
+    k.add_argument(
+        "--token",
+        help="enrolment token (prefer --token-file or $FEDPLAT_ENROLMENT_TOKEN: "
+        "a token on the command line is visible to every user through ps)",
+    )
+    k.add_argument("--token-file", help="file holding the enrolment token")
     k.add_argument("--dataset", default="fashion_mnist")
     k.add_argument("--model", default="mlp")
     k.add_argument("--model-params", type=json_arg, default={})

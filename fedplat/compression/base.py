@@ -20,7 +20,8 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 import torch
 
-from fedplat.compression.wire import Payload, all_finite
+from fedplat.compression.wire import Payload
+from fedplat.vectors import all_finite, check_finite
 
 __all__ = [
     "CompressionError",
@@ -109,9 +110,7 @@ def check_vector(vec: torch.Tensor, d: int | None = None) -> torch.Tensor:
         raise CompressionError(f"expected float32, got {vec.dtype}")
     if d is not None and vec.numel() != d:
         raise CompressionError(f"vector has {vec.numel()} entries, expected {d}")
-    if not all_finite(vec):
-        bad = int((~torch.isfinite(vec)).sum())
-        raise CompressionError(f"vector holds {bad} non-finite values (NaN or Inf)")
+    check_finite(vec, "vector", CompressionError)
     return vec.detach()
 
 

@@ -41,16 +41,21 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fedplat.vectors import check_finite
+
 __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "Payload",
     "PayloadError",
+    "PayloadHeader",
     "PayloadKind",
     "SketchMethod",
     "SketchSpec",
+    "dense_header",
     "dense_payload",
     "dense_size",
+    "parse_header",
     "sketch_payload",
     "sparse_payload",
     "varint_size",
@@ -254,18 +259,6 @@ class Payload:
         return replace(self, values=values)
 
 
-def all_finite(t: torch.Tensor) -> bool:
-    """Whether every entry of ``t`` is finite, in one allocation-free pass.
-
-    A NaN or Inf entry makes the sum NaN or Inf, so a finite sum proves all
-    entries finite; only a non-finite sum (which may also be an overflow of
-    huge finite values) needs the exact elementwise check.
-    """
-    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
-        return True
-    return bool(torch.isfinite(t).all())
-
-
 def _check_sorted_in_range(idx: np.ndarray, d: int) -> None:
     if idx.size == 0:
         return
@@ -338,13 +331,35 @@ def _varint_decode(block: bytes | bytearray, n: int) -> np.ndarray:
     return np.add.reduceat(parts, starts)
 
 
-def _parse(
-    data: bytes | bytearray,
-    expected_d: int | None,
-    expected_kinds: tuple[PayloadKind, ...] | None,
-    expected_seed: int | None,
-    expected_round: int | None,
-) -> Payload:
+@dataclass(frozen=True)
+class PayloadHeader:
+    """The validated fixed-size header of a payload (what a receiver checks
+    before it accepts any of the body)."""
+
+    kind: PayloadKind
+    dtype: torch.dtype
+    np_dtype: str
+    itemsize: int
+    d: int
+    n: int
+    index_nbytes: int
+    sketch: SketchSpec | None
+
+    @property
+    def length(self) -> int:
+        """Total payload length the header implies (header included)."""
+        return HEADER_SIZE + self.n * self.itemsize + self.index_nbytes
+
+
+def parse_header(
+    data: bytes | bytearray | memoryview,
+    *,
+    expected_d: int | None = None,
+    expected_kinds: tuple[PayloadKind, ...] | None = None,
+    expected_seed: int | None = None,
+    expected_round: int | None = None,
+) -> PayloadHeader:
+    """Parse and validate the first :data:`HEADER_SIZE` bytes of a payload."""
     if len(data) < HEADER_SIZE:
         raise PayloadError(f"payload has {len(data)} bytes, header needs {HEADER_SIZE}")
     (
@@ -363,7 +378,7 @@ def _parse(
         cols,
     ) = _HEADER.unpack_from(data, 0)
     if magic != MAGIC:
-        raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
+        raise PayloadError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != _VERSION:
         raise PayloadError(f"unsupported payload version {version}")
     if kind_code not in _KIND_NAMES:
@@ -405,9 +420,29 @@ def _parse(
         raise PayloadError(f"{kind} payload must have zero sketch fields")
     if kind == "dense" and n != d:
         raise PayloadError(f"dense payload has {n} values, dimension is {d}")
+    return PayloadHeader(
+        kind, torch_dtype, np_dtype, itemsize, d, n, index_nbytes, spec
+    )
 
+
+def _parse(
+    data: bytes | bytearray,
+    expected_d: int | None,
+    expected_kinds: tuple[PayloadKind, ...] | None,
+    expected_seed: int | None,
+    expected_round: int | None,
+) -> Payload:
+    h = parse_header(
+        data,
+        expected_d=expected_d,
+        expected_kinds=expected_kinds,
+        expected_seed=expected_seed,
+        expected_round=expected_round,
+    )
+    kind, d, n, spec = h.kind, h.d, h.n, h.sketch
+    np_dtype, torch_dtype, itemsize = h.np_dtype, h.dtype, h.itemsize
     # Only now is the declared size trusted enough to compare with the real one.
-    expected_len = HEADER_SIZE + n * itemsize + index_nbytes
+    expected_len = h.length
     if len(data) != expected_len:
         what = "truncated" if len(data) < expected_len else "has trailing bytes"
         raise PayloadError(
@@ -415,9 +450,7 @@ def _parse(
         )
     arr = np.frombuffer(data, dtype=np_dtype, count=n, offset=HEADER_SIZE)
     values = torch.from_numpy(arr.astype(np_dtype, copy=True)).to(torch_dtype)
-    if not all_finite(values):
-        bad = int((~torch.isfinite(values)).sum())
-        raise PayloadError(f"payload holds {bad} non-finite values (NaN or Inf)")
+    check_finite(values, "payload", PayloadError)
 
     indices: torch.Tensor | None = None
     if kind == "sparse":
@@ -440,6 +473,13 @@ def _parse(
         indices = torch.from_numpy(idx.astype(np.int64))
     payload = Payload(kind, d, values, indices, spec)
     return payload
+
+
+def dense_header(d: int) -> bytes:
+    """The header of a dense float32 payload of ``d`` values: followed by the
+    values' little-endian bytes, it is exactly ``dense_payload(v).to_bytes()``
+    (lets a sender stream a large vector without concatenating it)."""
+    return _HEADER.pack(MAGIC, _VERSION, 0, 0, _INDEX_NONE, 0, d, d, 0, 0, 0, 0, 0)
 
 
 def dense_payload(values: torch.Tensor) -> Payload:

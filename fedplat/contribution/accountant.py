@@ -75,62 +75,15 @@ class ContributionError(ValueError):
     """Inputs to the accountant are inconsistent (shapes, ids, keys)."""
 
 
-class ParticipationLike(Protocol):
-    """The part of a stored participation the accountant reads."""
-
-    @property
-    def client_id(self) -> str: ...
-    @property
-    def flags(self) -> dict[str, Any]: ...
-
-
 class ContributionStore(Protocol):
-    """The store methods the accountant uses (:class:`fedplat.store.Store`)."""
-
-    def append_ledger(
-        self, run_id: str, entries: Sequence[LedgerEntry], head: LedgerHead
-    ) -> object: ...
+    """What the accountant reads from the store (:class:`fedplat.store.Store`):
+    the run's ledger, to continue it. It writes nothing itself: each round's
+    entries, head and metrics come back in :class:`PendingRecord`, and the
+    coordinator writes them in the round's closing transaction."""
 
     def list_ledger_entries(self, run_id: str) -> Sequence[StoredEntry]: ...
 
     def get_ledger_head(self, run_id: str) -> StoredHead | None: ...
-
-    def add_metrics(
-        self,
-        run_id: str,
-        values: dict[str, float],
-        *,
-        round_number: int | None = None,
-        client_id: str | None = None,
-    ) -> None: ...
-
-    def add_event(
-        self,
-        run_id: str | None,
-        kind: str,
-        message: str,
-        *,
-        level: str = "info",
-        round_number: int | None = None,
-        client_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None: ...
-
-    def list_participations(
-        self,
-        run_id: str,
-        round_number: int | None = None,
-        client_id: str | None = None,
-    ) -> Sequence[ParticipationLike]: ...
-
-    def update_participation(
-        self,
-        run_id: str,
-        round_number: int,
-        client_id: str,
-        *,
-        flags: dict[str, Any] | None = None,
-    ) -> None: ...
 
 
 # ----------------------------------------------------------------- results
@@ -192,6 +145,20 @@ class ClientContribution:
 
 
 @dataclass(frozen=True)
+class PendingRecord:
+    """A round's ledger entries, new head and metrics, not yet stored.
+
+    The coordinator writes them with the round (one transaction) and then calls
+    :meth:`ContributionAccountant.committed`, or :meth:`~ContributionAccountant.
+    discard` if the write failed (the accountant then re-reads the ledger).
+    """
+
+    entries: tuple[LedgerEntry, ...]
+    head: LedgerHead | None
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
 class RoundContribution:
     """What :meth:`ContributionAccountant.on_round` computed and recorded.
 
@@ -210,8 +177,8 @@ class RoundContribution:
         GTG-Shapley's between-round truncation zeroed the round.
     cost
         Utility evaluations, seconds, permutations.
-    ledger_seq
-        ``seq`` of the last ledger entry written, ``None`` if the write failed.
+    pending
+        The ledger entries, head and metrics to store with the round.
     errors
         Scorer or store failures that were contained (the round went on).
     """
@@ -224,8 +191,12 @@ class RoundContribution:
     valued: bool
     truncated: bool
     cost: ContributionCost
-    ledger_seq: int | None
+    pending: PendingRecord
     errors: tuple[str, ...] = ()
+
+    @property
+    def suspects(self) -> tuple[ClientContribution, ...]:
+        return tuple(c for c in self.clients if c.suspect)
 
     def by_client(self) -> dict[str, ClientContribution]:
         return {c.client_id: c for c in self.clients}
@@ -570,7 +541,7 @@ class ContributionAccountant:
 
         evals = extra_evals + (0 if value is None else value.evaluations)
         util_seconds = extra_seconds + (0.0 if value is None else value.seconds)
-        ledger_seq = self._record(
+        pending = self._record(
             round_number,
             attempt,
             clients,
@@ -595,7 +566,7 @@ class ContributionAccountant:
             valued=value is not None,
             truncated=truncated,
             cost=ContributionCost(evals, seconds, util_seconds, permutations),
-            ledger_seq=ledger_seq,
+            pending=pending,
             errors=tuple(errors),
         )
 
@@ -719,12 +690,21 @@ class ContributionAccountant:
         permutations: int,
         seconds: float,
         errors: list[str],
-    ) -> int | None:
-        """Ledger entries, metrics, participation flags, events. Failures are
-        contained (logged, reported in ``errors``); the ledger is re-read from
-        the store before the next round."""
+    ) -> PendingRecord:
+        """The round's ledger entries (chained after the stored tail), the new
+        signed head and the cost metrics; nothing is written here."""
+        metrics = {
+            "contribution.utility_evaluations": float(evaluations),
+            "contribution.seconds": seconds,
+            "contribution.permutations": float(permutations),
+            "contribution.truncated": float(truncated),
+            "contribution.suspects": float(sum(c.suspect for c in clients)),
+        }
+        if empty_value is not None and full_value is not None:
+            metrics["contribution.utility_before"] = empty_value
+            metrics["contribution.utility_after"] = full_value
         if not clients:
-            return self._seq
+            return PendingRecord((), None, metrics)
         weight = {d.index: d.weight for d in decisions}
         contents = [
             {
@@ -742,68 +722,26 @@ class ContributionAccountant:
             }
             for i, c in enumerate(clients)
         ]
-        ledger_seq: int | None = None
-        try:
-            entries = chain_entries(
-                self.run_id,
-                contents,
-                start_seq=self._seq + 1,
-                prev_hash=self._head,
-                signing_key=self.signing_key,
-            )
-            head = sign_head(
-                self.run_id, entries[-1].seq, entries[-1].entry_hash, self.signing_key
-            )
-            self.store.append_ledger(self.run_id, entries, head)
-            self._seq, self._head = head.seq, head.head_hash
-            ledger_seq = head.seq
-        except Exception as exc:  # the store's errors are not importable here
-            log.exception("round %d: ledger write failed", round_number)
-            errors.append(f"ledger: {exc}")
-            self._resync = True
-        metrics = {
-            "contribution.utility_evaluations": float(evaluations),
-            "contribution.seconds": seconds,
-            "contribution.permutations": float(permutations),
-            "contribution.truncated": float(truncated),
-            "contribution.suspects": float(sum(c.suspect for c in clients)),
-        }
-        if empty_value is not None and full_value is not None:
-            metrics["contribution.utility_before"] = empty_value
-            metrics["contribution.utility_after"] = full_value
-        try:
-            self.store.add_metrics(self.run_id, metrics, round_number=round_number)
-            flagged = {c.client_id: c for c in clients if c.flags}
-            if flagged:
-                for p in self.store.list_participations(self.run_id, round_number):
-                    c = flagged.get(p.client_id)
-                    if c is None:
-                        continue
-                    merged = dict(p.flags)
-                    merged["contribution"] = {
-                        "flags": list(c.flags),
-                        "suspect": c.suspect,
-                        "score": c.scores.get(self.cfg.primary),
-                    }
-                    self.store.update_participation(
-                        self.run_id, round_number, p.client_id, flags=merged
-                    )
-            for c in clients:
-                if c.suspect:
-                    self.store.add_event(
-                        self.run_id,
-                        "contribution_flag",
-                        f"client {c.client_id!r} flagged in round {round_number}: "
-                        + ", ".join(f for f in c.flags if f in SUSPECT_FLAGS),
-                        level="warning",
-                        round_number=round_number,
-                        client_id=c.client_id,
-                        details={"flags": list(c.flags), "scores": c.scores},
-                    )
-        except Exception as exc:
-            log.exception("round %d: contribution metrics not stored", round_number)
-            errors.append(f"store: {exc}")
-        return ledger_seq
+        entries = chain_entries(
+            self.run_id,
+            contents,
+            start_seq=self._seq + 1,
+            prev_hash=self._head,
+            signing_key=self.signing_key,
+        )
+        head = sign_head(
+            self.run_id, entries[-1].seq, entries[-1].entry_hash, self.signing_key
+        )
+        return PendingRecord(tuple(entries), head, metrics)
+
+    def committed(self, pending: PendingRecord) -> None:
+        """The round's ledger entries are stored: continue the chain after them."""
+        if pending.head is not None:
+            self._seq, self._head = pending.head.seq, pending.head.head_hash
+
+    def discard(self) -> None:
+        """The round was not stored: re-read the ledger before the next round."""
+        self._resync = True
 
 
 def _payload(e: StoredEntry) -> dict[str, Any]:

@@ -6,9 +6,8 @@ plaintext. It signs every request with the caller's identity
 (:class:`~fedplat.gossip.signing.Signer`) and checks every answer that carries
 state: a ``Hello`` answer and a pulled model must be signed by the callee's
 pinned key and repeat the request's nonce. gRPC errors come back as
-:mod:`fedplat.transport.errors` (``InvalidArgument``, ``StaleUpdate``,
-``Unavailable``, ...) or :class:`~fedplat.gossip.errors.PermissionDenied`, with
-the peer's reason.
+:mod:`fedplat.transport.errors` (``InvalidArgument``, ``PermissionDenied``,
+``StaleUpdate``, ``Unavailable``, ...) with the peer's reason.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import TypeVar
 
 import grpc
 
-from fedplat.gossip.errors import PermissionDenied
 from fedplat.gossip.membership import Member, Membership
 from fedplat.gossip.messages import (
     Hello,
@@ -36,10 +34,10 @@ from fedplat.gossip.tls import PeerTls, open_channel
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_pb2_grpc as pb_grpc
 from fedplat.proto import peer_serde as serde
-from fedplat.transport.errors import FedplatError
-from fedplat.transport.grpc import error_from_rpc
+from fedplat.transport.errors import PermissionDenied
+from fedplat.transport.status import error_from_rpc
 
-__all__ = ["PeerClient", "channel_options", "error_from_peer"]
+__all__ = ["PeerClient", "channel_options"]
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -54,13 +52,6 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.initial_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 1000),
     ]
-
-
-def error_from_peer(exc: grpc.RpcError) -> FedplatError:
-    """A peer's gRPC error as a domain error (``PERMISSION_DENIED`` included)."""
-    if hasattr(exc, "code") and exc.code() == grpc.StatusCode.PERMISSION_DENIED:
-        return PermissionDenied(exc.details() or "permission denied")
-    return error_from_rpc(exc)
 
 
 class PeerClient:
@@ -116,7 +107,7 @@ class PeerClient:
         try:
             return fn()
         except grpc.RpcError as exc:
-            raise error_from_peer(exc) from None
+            raise error_from_rpc(exc) from None
 
     def _server(self, node_id: str) -> Member:
         """The pinned entry of the peer that answered as ``node_id``."""

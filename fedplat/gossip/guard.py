@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from fedplat.gossip.errors import PermissionDenied
 from fedplat.gossip.membership import Member, Membership
 from fedplat.gossip.messages import CallAuth, Hello, ModelHeader
 from fedplat.gossip.signing import (
@@ -34,7 +33,7 @@ from fedplat.gossip.signing import (
     model_signed_by,
 )
 from fedplat.security.certs import CertInfo, peer_dns_name
-from fedplat.transport.errors import StaleUpdate
+from fedplat.transport.errors import PermissionDenied, StaleUpdate
 
 __all__ = ["Admission"]
 

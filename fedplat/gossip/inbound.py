@@ -11,6 +11,7 @@ one is refused with a reason and the peer keeps its model.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,6 @@ from fedplat.gossip.messages import (
     PushReply,
 )
 from fedplat.proto.peer_serde import check_model_size
-from fedplat.transport.codec import sha256_hex
 from fedplat.transport.errors import (
     InvalidArgument,
     StaleUpdate,
@@ -148,7 +148,11 @@ class Inbound:
         cached = self._pull_cache
         if cached is None or cached[0] != version:
             data = dense_payload(x).to_bytes()
-            cached = self._pull_cache = (version, data, sha256_hex(data))
+            cached = self._pull_cache = (
+                version,
+                data,
+                hashlib.sha256(data).hexdigest(),
+            )
         return r, cached[1], cached[2]
 
     def on_pull(self, c: CallAuth, member: Member) -> ModelMessage:
@@ -186,7 +190,7 @@ class Inbound:
         node = self.node
         st = node.state
         with st.lock:
-            digest = sha256_hex(st.x.numpy().tobytes())
+            digest = hashlib.sha256(st.x.numpy().tobytes()).hexdigest()
             return PeerStatus(
                 node_id=node.id,
                 round=st.round,

@@ -10,6 +10,7 @@ changes the address of a peer already known.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from concurrent import futures
@@ -23,7 +24,6 @@ from fedplat.gossip.config import parse_seed
 from fedplat.gossip.links import LinkEncoder
 from fedplat.gossip.messages import HelloReply, ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.mixing import push_sum_share
-from fedplat.transport.codec import sha256_hex
 from fedplat.transport.errors import (
     FedplatError,
     InvalidArgument,
@@ -184,7 +184,7 @@ class Outbound:
                 msg.base_version,
                 msg.version,
                 len(msg.data),
-                sha256_hex(msg.data),
+                hashlib.sha256(msg.data).hexdigest(),
             )
             try:
                 client.push(header, msg.data, node.fingerprint)

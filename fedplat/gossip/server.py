@@ -7,8 +7,10 @@ Every call takes the same path:
    ``PERMISSION_DENIED`` before anything is read;
 2. a slot (:class:`~fedplat.gossip.limits.StreamSlots`: calls in flight per
    caller and in total), else ``RESOURCE_EXHAUSTED``;
-3. the request, parsed by a deserializer that never raises: bytes that do not
-   parse are ``INVALID_ARGUMENT`` with a reason, not gRPC's logged traceback;
+3. the request, parsed by a deserializer that never raises
+   (:func:`fedplat.proto.streams.parse_or_malformed`): bytes that do not parse
+   are ``INVALID_ARGUMENT`` with a reason, not gRPC's logged traceback; a data
+   chunk arrives as a view of the received bytes;
 4. the message's admission (membership, identity, signature, freshness);
 5. the node's handler (:mod:`fedplat.gossip.inbound`), run in a small thread
    pool so the event loop never waits for the model's lock or a decode.
@@ -27,60 +29,42 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import grpc.aio
 
-from fedplat.gossip.errors import PermissionDenied
 from fedplat.gossip.limits import StreamSlots
 from fedplat.gossip.tls import PeerTls, caller_certificate
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
-from fedplat.proto.stream import BodyBuffer
+from fedplat.proto.streams import BodyBuffer, Malformed, parse_chunk, parse_or_malformed
 from fedplat.transport.errors import FedplatError, InvalidArgument, ResourceExhausted
-from fedplat.transport.grpc import STATUS_BY_CODE
+from fedplat.transport.status import status_of
 
 if TYPE_CHECKING:
     from fedplat.gossip.node import PeerNode
 
-__all__ = ["SERVICE", "Malformed", "PeerServer", "PeerService", "request_parser"]
+__all__ = ["SERVICE", "PeerServer", "PeerService"]
 
 log = logging.getLogger("fedplat.gossip.grpc")
 T = TypeVar("T")
 SERVICE = "fedplat.gossip.v1.Peer"
-_STATUS = {
-    **STATUS_BY_CODE,
-    PermissionDenied.code: grpc.StatusCode.PERMISSION_DENIED,
-}
-
-
-@dataclass(frozen=True)
-class Malformed:
-    """What :func:`request_parser` returns for bytes that are not the message."""
-
-    reason: str
-
-
-def request_parser(cls: Any) -> Callable[[bytes], Any]:
-    """A request deserializer for ``cls`` that returns :class:`Malformed`
-    instead of raising (gRPC would log a traceback and answer INTERNAL)."""
-    name = cls.DESCRIPTOR.name
-
-    def parse(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except Exception as exc:  # protobuf's DecodeError, and its relatives
-            return Malformed(f"malformed {name}: {exc}")
-
-    return parse
 
 
 def _parsed(msg: Any) -> Any:
     if isinstance(msg, Malformed):
         raise InvalidArgument(msg.reason)
     return msg
+
+
+def _data(chunk: Any) -> bytes | memoryview:
+    """A model stream's data chunk (a view of the received bytes, when the
+    deserializer could take it without parsing)."""
+    if isinstance(chunk, memoryview):
+        return chunk
+    return serde.model_data(_parsed(chunk))
 
 
 def _caller(context: grpc.aio.ServicerContext, cert_name: str | None) -> str:
@@ -102,7 +86,7 @@ class PeerService:
     def handler(self) -> grpc.GenericRpcHandler:
         def unary(fn: Any, req: Any, resp: Any) -> grpc.RpcMethodHandler:
             return grpc.unary_unary_rpc_method_handler(
-                fn, request_parser(req), resp.SerializeToString
+                fn, partial(parse_or_malformed, req), resp.SerializeToString
             )
 
         return grpc.method_handlers_generic_handler(
@@ -113,12 +97,12 @@ class PeerService:
                 "GetStatus": unary(self.status, pb.StatusRequest, pb.StatusResponse),
                 "PushModel": grpc.stream_unary_rpc_method_handler(
                     self.push_model,
-                    request_parser(pb.ModelChunk),
+                    partial(parse_chunk, pb.ModelChunk),
                     pb.PushAck.SerializeToString,
                 ),
                 "PullModel": grpc.unary_stream_rpc_method_handler(
                     self.pull_model,
-                    request_parser(pb.PullRequest),
+                    partial(parse_or_malformed, pb.PullRequest),
                     pb.ModelChunk.SerializeToString,
                 ),
             },
@@ -141,9 +125,7 @@ class PeerService:
             self.node.refusals.refuse(f"{rpc}:{exc.code}", exc.reason, caller)
             if rpc == "push":
                 self.node.inbound.reject(exc.reason)
-            await context.abort(
-                _STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.reason
-            )
+            await context.abort(status_of(exc), exc.reason)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
         except Exception:
@@ -225,7 +207,7 @@ class PeerService:
             node = self.node
             deadline = asyncio.get_running_loop().time() + self.deadline_s
             first = await self._read(context, deadline)
-            if first is grpc.aio.EOF:
+            if first is grpc.aio.EOF or isinstance(first, memoryview):
                 raise InvalidArgument("model stream must start with a header")
             h = serde.first_model_header(_parsed(first))
             cert = caller_certificate(context)
@@ -233,7 +215,7 @@ class PeerService:
             node.inbound.check_push(h)
             buf = BodyBuffer(h.total_bytes, h.sha256, "model")
             while (chunk := await self._read(context, deadline)) is not grpc.aio.EOF:
-                buf.add(serde.model_data(_parsed(chunk)))
+                buf.add(_data(chunk))
             reply = await self._work(node.inbound.on_push, h, buf.finish())
             node.admission.accepted_model(h.sender_id, h.round)
             return serde.push_reply_to_proto(reply)

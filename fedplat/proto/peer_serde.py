@@ -29,7 +29,7 @@ from fedplat.gossip.messages import (
 from fedplat.gossip.signing import NONCE_BYTES
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto.serde import layout_from_proto, layout_to_proto
-from fedplat.proto.stream import BodyBuffer
+from fedplat.proto.streams import BodyBuffer
 from fedplat.security.identity import SIGNATURE_BYTES
 from fedplat.transport.errors import InvalidArgument, ResourceExhausted
 

@@ -7,30 +7,28 @@ with a reason instead of letting malformed input travel further.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
-from fedplat.proto.stream import read_body
 from fedplat.transport.errors import InvalidArgument
 from fedplat.transport.messages import (
+    Challenge,
     Enrollment,
     EnrollRequest,
-    ModelPayload,
     Task,
     TaskKind,
-    UpdateHeader,
     UploadAck,
 )
+from fedplat.uplink.task import TaskConfig, TaskConfigError
 from fedplat.vectors import Layout, LayoutError, TensorSpec
 
 MAX_LAYOUT_TENSORS = 100_000
 MAX_NAME_LEN = 256
 MAX_INFO_ITEMS = 64
-MAX_METRICS = 256
+MAX_METRICS = 64
+MAX_METRIC_KEY = 64
 
 
 def layout_to_proto(layout: Layout) -> common.Layout:
@@ -42,11 +40,25 @@ def layout_to_proto(layout: Layout) -> common.Layout:
     )
 
 
-def layout_from_proto(msg: common.Layout) -> Layout:
-    if len(msg.tensors) > MAX_LAYOUT_TENSORS:
+MAX_TENSOR_DIMS = 8
+MAX_DIM = 1 << 40
+
+
+def layout_from_proto(
+    msg: common.Layout, max_tensors: int = MAX_LAYOUT_TENSORS
+) -> Layout:
+    """A layout from the network; ``max_tensors`` (e.g. the run's own tensor
+    count) refuses oversized layouts before any per-tensor work."""
+    if len(msg.tensors) > max_tensors:
         raise InvalidArgument(
-            f"layout has {len(msg.tensors)} tensors (max {MAX_LAYOUT_TENSORS})"
+            f"layout has {len(msg.tensors)} tensors (max {max_tensors})"
         )
+    for t in msg.tensors:
+        check_name(t.name, "tensor name")
+        if len(t.shape) > MAX_TENSOR_DIMS or any(
+            not 0 <= x <= MAX_DIM for x in t.shape
+        ):
+            raise InvalidArgument(f"tensor {t.name[:64]!r} has an implausible shape")
     try:
         return Layout(
             tuple(
@@ -58,18 +70,21 @@ def layout_from_proto(msg: common.Layout) -> Layout:
         raise InvalidArgument(f"invalid layout: {exc}") from exc
 
 
-def _check_name(value: str, what: str) -> str:
+def check_name(value: str, what: str) -> str:
     if len(value) > MAX_NAME_LEN:
         raise InvalidArgument(f"{what} longer than {MAX_NAME_LEN} characters")
     return value
 
 
-def _finite_metrics(items: Any, what: str) -> dict[str, float]:
+def finite_metrics(items: Any, what: str) -> dict[str, float]:
     if len(items) > MAX_METRICS:
         raise InvalidArgument(f"too many {what} ({len(items)} > {MAX_METRICS})")
     out: dict[str, float] = {}
     for k, v in items.items():
-        _check_name(k, f"{what} key")
+        if not k or len(k) > MAX_METRIC_KEY or not k.isprintable():
+            raise InvalidArgument(
+                f"{what} keys must be 1-{MAX_METRIC_KEY} printable characters"
+            )
         if not math.isfinite(v):
             raise InvalidArgument(f"{what} {k!r} is not finite")
         out[k] = float(v)
@@ -77,6 +92,27 @@ def _finite_metrics(items: Any, what: str) -> dict[str, float]:
 
 
 # -- enrolment ---------------------------------------------------------------------
+
+MAX_KEY_BYTES = 64
+MAX_TOKEN_LEN = 256
+
+
+def challenge_to_proto(c: Challenge) -> pb.ChallengeResponse:
+    return pb.ChallengeResponse(challenge=c.challenge, expires_unix=c.expires_unix)
+
+
+def challenge_from_proto(msg: pb.ChallengeResponse) -> Challenge:
+    return Challenge(bytes(msg.challenge), float(msg.expires_unix))
+
+
+def challenge_request_from_proto(msg: pb.ChallengeRequest) -> str:
+    return check_name(msg.client_id, "client id")
+
+
+def check_bytes(value: bytes, what: str, limit: int = MAX_KEY_BYTES) -> bytes:
+    if len(value) > limit:
+        raise InvalidArgument(f"{what} longer than {limit} bytes")
+    return bytes(value)
 
 
 def enroll_request_to_proto(req: EnrollRequest) -> pb.EnrollRequest:
@@ -86,25 +122,36 @@ def enroll_request_to_proto(req: EnrollRequest) -> pb.EnrollRequest:
         layout=layout_to_proto(req.layout),
         client_id=req.client_id,
         info=dict(req.info),
+        public_key=req.public_key,
+        challenge=req.challenge,
+        signature=req.signature,
+        enrolment_token=req.enrolment_token,
     )
 
 
-def enroll_request_from_proto(msg: pb.EnrollRequest) -> EnrollRequest:
-    if not msg.name:
-        raise InvalidArgument("enrolment needs a client name")
+def enroll_request_from_proto(
+    msg: pb.EnrollRequest, max_tensors: int = MAX_LAYOUT_TENSORS
+) -> EnrollRequest:
+    name = msg.name
+    if not name or not name.strip() or not name.isprintable():
+        raise InvalidArgument("enrolment needs a printable, non-blank client name")
     if msg.num_examples < 0:
         raise InvalidArgument("num_examples must be >= 0")
     if len(msg.info) > MAX_INFO_ITEMS:
         raise InvalidArgument(f"too many info items (max {MAX_INFO_ITEMS})")
     for k, v in msg.info.items():
-        _check_name(k, "info key")
-        _check_name(v, "info value")
+        check_name(k, "info key")
+        check_name(v, "info value")
     return EnrollRequest(
-        name=_check_name(msg.name, "client name"),
+        name=check_name(name, "client name"),
         num_examples=int(msg.num_examples),
-        layout=layout_from_proto(msg.layout),
-        client_id=_check_name(msg.client_id, "client id"),
+        layout=layout_from_proto(msg.layout, max_tensors),
+        client_id=check_name(msg.client_id, "client id"),
         info=dict(msg.info),
+        public_key=check_bytes(msg.public_key, "public key"),
+        challenge=check_bytes(msg.challenge, "challenge"),
+        signature=check_bytes(msg.signature, "signature", 128),
+        enrolment_token=check_name(msg.enrolment_token, "enrolment token"),
     )
 
 
@@ -117,6 +164,7 @@ def enrollment_to_proto(e: Enrollment) -> pb.EnrollResponse:
         layout=layout_to_proto(e.layout),
         max_message_bytes=e.max_message_bytes,
         max_update_bytes=e.max_update_bytes,
+        session_expires_unix=e.session_expires_unix,
     )
 
 
@@ -129,6 +177,7 @@ def enrollment_from_proto(msg: pb.EnrollResponse) -> Enrollment:
         layout=layout_from_proto(msg.layout),
         max_message_bytes=int(msg.max_message_bytes),
         max_update_bytes=int(msg.max_update_bytes),
+        session_expires_unix=float(msg.session_expires_unix),
     )
 
 
@@ -150,8 +199,9 @@ def task_to_proto(task: Task) -> pb.Task:
         task_id=task.task_id,
         model_version=task.model_version,
         deadline_unix=task.deadline_unix,
-        config_json=json.dumps(task.config, sort_keys=True),
+        config_json=task.config.to_json() if task.kind is TaskKind.TRAIN else "",
         retry_after=task.retry_after,
+        nonce=task.nonce,
     )
 
 
@@ -159,11 +209,9 @@ def task_from_proto(msg: pb.Task) -> Task:
     if msg.kind not in _KIND_FROM_PB:
         raise InvalidArgument(f"unknown task kind {msg.kind}")
     try:
-        config = json.loads(msg.config_json) if msg.config_json else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"task config is not JSON: {exc}") from exc
-    if not isinstance(config, dict):
-        raise InvalidArgument("task config must be a JSON object")
+        config = TaskConfig.from_json(msg.config_json)
+    except TaskConfigError as exc:
+        raise InvalidArgument(str(exc)) from None
     return Task(
         kind=_KIND_FROM_PB[msg.kind],
         run_id=msg.run_id,
@@ -173,114 +221,8 @@ def task_from_proto(msg: pb.Task) -> Task:
         deadline_unix=float(msg.deadline_unix),
         config=config,
         retry_after=float(msg.retry_after),
+        nonce=bytes(msg.nonce),
     )
-
-
-# -- model download (server stream) -------------------------------------------------
-
-
-def model_to_chunks(payload: ModelPayload, chunk_bytes: int) -> Iterator[pb.ModelChunk]:
-    yield pb.ModelChunk(
-        header=pb.ModelHeader(
-            model_version=payload.model_version,
-            round=payload.round,
-            layout=layout_to_proto(payload.layout),
-            total_bytes=len(payload.data),
-            sha256=payload.sha256,
-            encoding=payload.encoding,
-        )
-    )
-    view = memoryview(payload.data)
-    for start in range(0, len(view), chunk_bytes):
-        yield pb.ModelChunk(data=bytes(view[start : start + chunk_bytes]))
-
-
-def model_from_chunks(chunks: Iterator[pb.ModelChunk], max_bytes: int) -> ModelPayload:
-    """Reassemble a streamed model; checks size and checksum."""
-    it = iter(chunks)
-    first = next(it, None)
-    if first is None or first.WhichOneof("part") != "header":
-        raise InvalidArgument("model stream must start with a header")
-    h = first.header
-    if h.total_bytes < 0 or h.total_bytes > max_bytes:
-        raise InvalidArgument(
-            f"model of {h.total_bytes} bytes exceeds limit {max_bytes}"
-        )
-    data = read_body(it, h.total_bytes, h.sha256, "model")
-    return ModelPayload(
-        model_version=int(h.model_version),
-        round=int(h.round),
-        layout=layout_from_proto(h.layout),
-        data=data,
-        sha256=h.sha256,
-        encoding=h.encoding or "dense-f32le",
-    )
-
-
-# -- update upload (client stream) --------------------------------------------------
-
-
-def update_header_to_proto(h: UpdateHeader) -> pb.UpdateHeader:
-    return pb.UpdateHeader(
-        task_id=h.task_id,
-        round=h.round,
-        num_examples=h.num_examples,
-        layout=layout_to_proto(h.layout),
-        encoding=h.encoding,
-        encoding_params=dict(h.encoding_params),
-        total_bytes=h.total_bytes,
-        sha256=h.sha256,
-        metrics=dict(h.metrics),
-    )
-
-
-def update_header_from_proto(msg: pb.UpdateHeader) -> UpdateHeader:
-    if not msg.task_id:
-        raise InvalidArgument("update header has no task id")
-    if msg.num_examples < 0:
-        raise InvalidArgument("num_examples must be >= 0")
-    if msg.total_bytes < 0:
-        raise InvalidArgument("total_bytes must be >= 0")
-    if len(msg.encoding_params) > MAX_INFO_ITEMS:
-        raise InvalidArgument("too many encoding parameters")
-    return UpdateHeader(
-        task_id=_check_name(msg.task_id, "task id"),
-        round=int(msg.round),
-        num_examples=int(msg.num_examples),
-        layout=layout_from_proto(msg.layout),
-        total_bytes=int(msg.total_bytes),
-        sha256=_check_name(msg.sha256, "sha256"),
-        encoding=_check_name(msg.encoding or "dense-f32le", "encoding"),
-        encoding_params={str(k): str(v) for k, v in msg.encoding_params.items()},
-        metrics=_finite_metrics(msg.metrics, "metrics"),
-    )
-
-
-def update_to_chunks(
-    header: UpdateHeader, data: bytes, chunk_bytes: int
-) -> Iterator[pb.UpdateChunk]:
-    yield pb.UpdateChunk(header=update_header_to_proto(header))
-    view = memoryview(data)
-    for start in range(0, len(view), chunk_bytes):
-        yield pb.UpdateChunk(data=bytes(view[start : start + chunk_bytes]))
-
-
-def update_from_chunks(
-    chunks: Iterator[pb.UpdateChunk], max_bytes: int
-) -> tuple[UpdateHeader, bytes]:
-    """Reassemble an upload, refusing it as soon as it exceeds ``max_bytes``."""
-    it = iter(chunks)
-    first = next(it, None)
-    if first is None or first.WhichOneof("part") != "header":
-        raise InvalidArgument("update stream must start with a header")
-    header = update_header_from_proto(first.header)
-    if header.total_bytes > max_bytes:
-        raise InvalidArgument(
-            f"update of {header.total_bytes} bytes exceeds the limit of "
-            f"{max_bytes} bytes"
-        )
-    data = read_body(it, header.total_bytes, header.sha256, "update")
-    return header, data
 
 
 def upload_ack_to_proto(ack: UploadAck) -> pb.UploadAck:
@@ -298,4 +240,10 @@ def upload_ack_from_proto(msg: pb.UploadAck) -> UploadAck:
 
 
 def metrics_from_proto(msg: pb.MetricsReport) -> tuple[str, int, dict[str, float]]:
-    return msg.task_id, int(msg.round), _finite_metrics(msg.metrics, "metrics")
+    if msg.round < 1:
+        raise InvalidArgument(f"round must be >= 1, got {msg.round}")
+    return (
+        check_name(msg.task_id, "task id"),
+        int(msg.round),
+        finite_metrics(msg.metrics, "metrics"),
+    )

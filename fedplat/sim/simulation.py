@@ -1,10 +1,10 @@
 """In-process simulation: many clients, the real round engine, no sockets.
 
 Clients are ordinary :class:`fedplat.client.Client` objects connected through
-:class:`~fedplat.transport.inmemory.InMemoryConnection`, so uploads pass the same
-encoding, validation and middleware as in deployment. Rounds are driven step by step
-on a virtual clock: deadlines never expire because the host CPU is slow, which keeps
-simulations reproducible.
+:class:`~fedplat.transport.inmemory.InMemoryConnection`, so enrolment (with a real
+enrolment token each), signed uploads, the intake's checks and the middleware are
+the deployment's. Rounds are driven step by step on a virtual clock: deadlines never
+expire because the host CPU is slow, which keeps simulations reproducible.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from fedplat.client import Client
 from fedplat.server.config import RunConfig
-from fedplat.server.engine import RoundEngine, RoundOutcome
+from fedplat.server.coordinator import Coordinator, RoundOutcome
 from fedplat.store import Store
 from fedplat.transport.inmemory import InMemoryConnection
 
@@ -51,6 +52,19 @@ class SimulationResult:
 ClientBuilder = Callable[[int, Callable[[], InMemoryConnection]], Client]
 
 
+def admit(store: Store, cfg: RunConfig, clients: Sequence[Client]) -> None:
+    """Give every client that has none an enrolment token of the run."""
+    if cfg.admission_mode != "tokens":
+        return
+    need = [c for c in clients if not c.enrolment_token]
+    if not need:
+        return
+    expires = datetime.now(UTC) + timedelta(days=1)
+    tokens = store.create_tokens(len(need), expires_at=expires, run_name=cfg.run.name)
+    for c, (_, secret) in zip(need, tokens, strict=True):
+        c.enrolment_token = secret
+
+
 def simulate(
     cfg: RunConfig,
     build_client: ClientBuilder,
@@ -67,33 +81,36 @@ def simulate(
     own_store = store is None
     store = store or Store(cfg.store.url)
     clock = VirtualClock()
-    engine = RoundEngine(cfg, store, clock=clock)
+    coord = Coordinator(cfg, store, clock=clock)
 
     def factory() -> InMemoryConnection:
-        return InMemoryConnection(engine)
+        return InMemoryConnection(coord)
 
     clients: Sequence[Client] = [build_client(i, factory) for i in range(num_clients)]
+    admit(store, cfg, clients)
     outcomes: list[RoundOutcome] = []
     try:
         for c in clients:
             c.enroll()
-        while not engine.finished:
+        while not coord.finished:
             for c in clients:  # a poll marks the client live
                 c.step(wait_seconds=0.0)
-            if len(engine.live_clients()) < cfg.selection.min_available:
+            live = len(coord.live_clients())
+            if live < cfg.selection.min_available:
                 raise RuntimeError(
-                    f"only {len(engine.live_clients())} clients live, "
-                    f"min_available is {cfg.selection.min_available}"
+                    f"only {live} clients live, min_available is "
+                    f"{cfg.selection.min_available}"
                 )
-            engine.open_round()
+            coord.open_round()
             for c in clients:
                 c.step(wait_seconds=0.0)
             clock.advance(1.0)
-            outcome = engine.close_round()
+            outcome = coord.close_round()
             outcomes.append(outcome)
             if on_round is not None:
                 on_round(outcome)
     finally:
+        coord.ctx.recorder.flush()
         if own_store:
             store.close()
-    return SimulationResult(engine.run_id, outcomes)
+    return SimulationResult(coord.run_id, outcomes)

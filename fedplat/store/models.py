@@ -128,6 +128,14 @@ class Run(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # Liveness of the coordinator serving the run: a "running" run whose
+    # heartbeat is stale was interrupted (the coordinator died).
+    heartbeat_at: Mapped[datetime | None]
+    # What the round driver is doing ("waiting_for_clients", "training", ...)
+    # and how many clients it sees live, for the monitor.
+    phase: Mapped[str | None] = mapped_column(String(STATUS_LEN))
+    live_clients: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class Client(Base):
@@ -138,7 +146,12 @@ class Client(Base):
     """
 
     __tablename__ = "clients"
-    __table_args__ = (CheckConstraint("num_examples >= 0", name="num_examples_nonneg"),)
+    __table_args__ = (
+        CheckConstraint("num_examples >= 0", name="num_examples_nonneg"),
+        # One identity per key and per certificate within a run.
+        UniqueConstraint("run_id", "public_key"),
+        UniqueConstraint("run_id", "cert_fingerprint"),
+    )
 
     run_id: Mapped[str] = mapped_column(
         String(ID_LEN), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
@@ -150,6 +163,37 @@ class Client(Base):
     last_seen: Mapped[datetime | None]
     num_examples: Mapped[int] = mapped_column(Integer)
     info_json: Mapped[str] = mapped_column(Text)
+    # Hex of the raw Ed25519 public key registered at enrolment.
+    public_key: Mapped[str | None] = mapped_column(String(64))
+    # SHA-256 of the client certificate (admission "mtls").
+    cert_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    # Aggregation-weight cap set by the operator (from the enrolment token).
+    max_examples: Mapped[int | None] = mapped_column(Integer)
+    token_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    revoked_at: Mapped[datetime | None]
+
+
+class EnrolmentToken(Base):
+    """A single-use enrolment token (admission "tokens"); only its hash is kept."""
+
+    __tablename__ = "enrolment_tokens"
+    __table_args__ = (
+        CheckConstraint(
+            "max_examples IS NULL OR max_examples >= 1", name="max_examples_pos"
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    run_name: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    note: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    max_examples: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+    used_run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    used_client_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    revoked_at: Mapped[datetime | None]
 
 
 class Round(Base):
@@ -189,6 +233,8 @@ class Round(Base):
     bytes_up: Mapped[int] = mapped_column(BigInteger)
     bytes_down: Mapped[int] = mapped_column(BigInteger)
     reason: Mapped[str | None] = mapped_column(Text)
+    # Updates that entered the aggregation (== succeeded participations).
+    num_aggregated: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class Participation(Base):
@@ -229,10 +275,44 @@ class Participation(Base):
     num_examples: Mapped[int] = mapped_column(Integer)
     duration_s: Mapped[float | None]
     train_loss: Mapped[float | None]
+    # The aggregator's verdict (fedplat.aggregators.ClientDecision): effective
+    # weight, whether the row contributed, its score and flags (a JSON list).
     weight: Mapped[float | None]
-    flags_json: Mapped[str] = mapped_column(Text)
+    selected: Mapped[bool | None]
+    score: Mapped[float | None]
+    flags: Mapped[str] = mapped_column(Text, server_default="[]")
     reason: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime]
+
+
+class Contribution(Base):
+    """A client's contribution scores and flags in one round (written at close)."""
+
+    __tablename__ = "contributions"
+    __table_args__ = (
+        UniqueConstraint("run_id", "round_number", "client_id"),
+        ForeignKeyConstraint(
+            ["run_id", "round_number"],
+            ["rounds.run_id", "rounds.number"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["run_id", "client_id"],
+            ["clients.run_id", "clients.id"],
+            ondelete="CASCADE",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(ID_LEN))
+    round_number: Mapped[int] = mapped_column(Integer)
+    client_id: Mapped[str] = mapped_column(String(ID_LEN))
+    # The primary scorer's value, and every scorer's (a JSON object of numbers).
+    score: Mapped[float | None]
+    scores_json: Mapped[str] = mapped_column(Text)
+    suspect: Mapped[bool]
+    # Contribution labels (free-rider, outlier, ...): a JSON list of strings.
+    flags: Mapped[str] = mapped_column(Text)
 
 
 class Metric(Base):
@@ -330,6 +410,8 @@ __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "Client",
+    "Contribution",
+    "EnrolmentToken",
     "Event",
     "LedgerEntry",
     "LedgerHead",

@@ -4,13 +4,17 @@ They are plain frozen dataclasses detached from any database session, so they ca
 be passed between threads, cached by the monitor and compared in tests. JSON
 columns arrive decoded (``config``, ``layout``, ``info``, ``flags``, ``details``);
 each call returns fresh dictionaries, so mutating one never affects another.
+
+The input shapes of a round's closing write (:class:`RoundClose` with its
+:class:`ParticipationRow`, :class:`ContributionRow` and :class:`EventRow`) live
+here too: a round is written once, in one transaction, and never rewritten.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,10 @@ class RunRecord:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    heartbeat_at: datetime | None = None
+    phase: str | None = None
+    live_clients: int | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +50,11 @@ class ClientRecord:
     last_seen: datetime | None
     num_examples: int
     info: dict[str, Any]
+    public_key: str | None = None
+    cert_fingerprint: str | None = None
+    max_examples: int | None = None
+    token_id: str | None = None
+    revoked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +79,24 @@ class RoundRecord:
     bytes_up: int
     bytes_down: int
     reason: str | None
+    num_aggregated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the aggregation rule did with one client's update.
+
+    The one shape of a per-client outcome from the rule
+    (:class:`fedplat.aggregators.ClientDecision`) to the monitor: ``weight`` is the
+    row's effective weight in the aggregate (0 when excluded), ``selected``
+    whether it contributed at all, ``score`` a rule-specific number, ``flags``
+    short labels (``"excluded"``, ``"clipped"``, ``"dp-clipped"``, ...).
+    """
+
+    weight: float | None = None
+    selected: bool | None = None
+    score: float | None = None
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +113,49 @@ class ParticipationRecord:
     num_examples: int
     duration_s: float | None
     train_loss: float | None
-    weight: float | None
-    flags: dict[str, Any]
+    verdict: Verdict
     reason: str | None
     updated_at: datetime
+
+    @property
+    def weight(self) -> float | None:
+        return self.verdict.weight
+
+
+@dataclass(frozen=True, slots=True)
+class ContributionRecord:
+    """A client's contribution scores and flags in one round."""
+
+    run_id: str
+    round_number: int
+    client_id: str
+    score: float | None
+    scores: dict[str, float]
+    suspect: bool
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnrolmentTokenRecord:
+    """An enrolment token as stored (its secret is never stored, only a hash)."""
+
+    id: str
+    run_name: str | None
+    note: str | None
+    max_examples: int | None
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+    used_run_id: str | None
+    used_client_id: str | None
+    revoked_at: datetime | None
+
+    def state(self, now: datetime) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.used_at is not None:
+            return "used"
+        return "expired" if self.expires_at <= now else "valid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +219,66 @@ class LedgerHeadRecord:
     updated_at: datetime
 
 
+# ----------------------------------------------------------------- write shapes
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipationRow:
+    """One selected client's part in a closing round."""
+
+    client_id: str
+    status: str
+    bytes_up: int = 0
+    bytes_down: int = 0
+    num_examples: int = 0
+    duration_s: float | None = None
+    train_loss: float | None = None
+    verdict: Verdict = field(default_factory=Verdict)
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContributionRow:
+    client_id: str
+    score: float | None
+    scores: dict[str, float]
+    suspect: bool
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    kind: str
+    message: str
+    level: str = "info"
+    round_number: int | None = None
+    client_id: str | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RoundClose:
+    """Everything a round writes when it closes, in one transaction.
+
+    ``run_status`` (``"completed"`` or ``"failed"``) also finishes the run;
+    ``ledger`` appends contribution ledger entries with the new signed head.
+    """
+
+    status: Literal["completed", "failed"]
+    participations: tuple[ParticipationRow, ...]
+    accuracy: float | None = None
+    loss: float | None = None
+    checkpoint_path: str | None = None
+    checkpoint_sha256: str | None = None
+    reason: str | None = None
+    metrics: dict[str, float] | None = None
+    client_metrics: dict[str, dict[str, float]] | None = None
+    contributions: tuple[ContributionRow, ...] = ()
+    events: tuple[EventRow, ...] = ()
+    ledger: tuple[tuple[LedgerEntryLike, ...], LedgerHeadLike] | None = None
+    run_status: Literal["completed", "failed"] | None = None
+
+
 class LedgerEntryLike(Protocol):
     """What :meth:`fedplat.store.Store.append_ledger` needs of a new entry."""
 
@@ -185,13 +315,20 @@ class LedgerHeadLike(Protocol):
 
 __all__ = [
     "ClientRecord",
+    "ContributionRecord",
+    "ContributionRow",
+    "EnrolmentTokenRecord",
     "EventRecord",
+    "EventRow",
     "LedgerEntryLike",
     "LedgerEntryRecord",
     "LedgerHeadLike",
     "LedgerHeadRecord",
     "MetricRecord",
     "ParticipationRecord",
+    "ParticipationRow",
+    "RoundClose",
     "RoundRecord",
     "RunRecord",
+    "Verdict",
 ]

@@ -14,7 +14,9 @@ RoundStatus = Literal["open", "completed", "failed"]
 ParticipationStatus = Literal[
     "selected", "downloaded", "succeeded", "rejected", "dropped", "late", "failed"
 ]
-ClientStatus = Literal["enrolled", "active", "idle", "dropped", "banned"]
+ClientStatus = Literal[
+    "enrolled", "active", "idle", "dropped", "banned", "revoked", "lost", "finished"
+]
 EventLevel = Literal["info", "warning", "error"]
 
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)

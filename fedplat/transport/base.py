@@ -1,15 +1,19 @@
 """The client-side view of a coordinator, independent of how bytes travel.
 
 :class:`Connection` is what the client SDK talks to. ``GrpcConnection`` speaks the
-wire protocol over a channel; ``InMemoryConnection`` calls a round engine in the same
-process (simulation, tests). Both raise the errors of :mod:`fedplat.transport.errors`.
+wire protocol over a channel; ``InMemoryConnection`` calls a coordinator in the
+same process (simulation, tests). Both raise the errors of
+:mod:`fedplat.transport.errors`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import torch
 
 from fedplat.transport.messages import (
+    Challenge,
     Enrollment,
     EnrollRequest,
     ModelPayload,
@@ -18,17 +22,23 @@ from fedplat.transport.messages import (
     UploadAck,
 )
 
+if TYPE_CHECKING:
+    from fedplat.proto.streams import ModelInfo
+    from fedplat.uplink.body import EncodedBody
+
 
 class Connection(Protocol):
     """One client's session with a coordinator (credentials kept after enrolment)."""
+
+    def challenge(self, client_id: str) -> Challenge: ...
 
     def enroll(self, req: EnrollRequest) -> Enrollment: ...
 
     def get_task(self, wait_seconds: float) -> Task: ...
 
-    def download_model(self, task_id: str) -> ModelPayload: ...
+    def download_model(self, task_id: str, out: torch.Tensor) -> ModelInfo: ...
 
-    def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck: ...
+    def upload_update(self, header: UpdateHeader, body: EncodedBody) -> UploadAck: ...
 
     def report_metrics(
         self, task_id: str, round_number: int, metrics: dict[str, float]
@@ -38,7 +48,9 @@ class Connection(Protocol):
 
 
 class CoordinatorService(Protocol):
-    """What a coordinator offers; implemented by the round engine."""
+    """What a coordinator offers in process (:class:`fedplat.server.Coordinator`)."""
+
+    def challenge(self, client_id: str = "") -> Challenge: ...
 
     def enroll(self, req: EnrollRequest) -> Enrollment: ...
 

@@ -16,6 +16,8 @@ class FedplatError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        # Set once the refusal is stored as an event, so no layer stores it twice.
+        self.recorded = False
 
 
 class InvalidArgument(FedplatError):
@@ -28,6 +30,13 @@ class Unauthenticated(FedplatError):
     """Missing or wrong client credentials."""
 
     code = "unauthenticated"
+
+
+class PermissionDenied(FedplatError):
+    """Authenticated, or not, but not allowed: admission refused, revoked, a
+    signature that does not verify, another client's task."""
+
+    code = "permission_denied"
 
 
 class UnknownClient(FedplatError):
@@ -54,6 +63,12 @@ class Unavailable(FedplatError):
     code = "unavailable"
 
 
+class TlsError(FedplatError):
+    """A TLS failure no retry can fix (certificate, plaintext/TLS mismatch)."""
+
+    code = "failed_precondition"
+
+
 class ResourceExhausted(FedplatError):
     """A transport-level size limit was hit."""
 
@@ -65,6 +80,7 @@ ERRORS_BY_CODE: dict[str, type[FedplatError]] = {
     for cls in (
         InvalidArgument,
         Unauthenticated,
+        PermissionDenied,
         UnknownClient,
         StaleUpdate,
         DuplicateUpdate,

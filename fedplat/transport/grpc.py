@@ -1,4 +1,5 @@
-"""gRPC transport: the client-side :class:`GrpcConnection` and status-code mapping."""
+"""gRPC transport, client side: :class:`GrpcConnection` (errors map through
+:mod:`fedplat.transport.status`)."""
 
 from __future__ import annotations
 
@@ -7,57 +8,27 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+import torch
 
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
-from fedplat.proto import serde
-from fedplat.transport.errors import (
-    ERRORS_BY_CODE,
-    FedplatError,
-    Unauthenticated,
-    Unavailable,
-)
+from fedplat.proto import serde, streams
+from fedplat.proto.streams import ModelInfo
+from fedplat.transport.errors import Unauthenticated
 from fedplat.transport.messages import (
+    Challenge,
     Enrollment,
     EnrollRequest,
-    ModelPayload,
     Task,
     UpdateHeader,
     UploadAck,
 )
+from fedplat.transport.status import error_from_rpc
+from fedplat.uplink.body import EncodedBody
 
 MiB = 1024 * 1024
 CLIENT_ID_KEY = "x-fedplat-client"
 TOKEN_KEY = "x-fedplat-token"
-
-STATUS_BY_CODE: dict[str, grpc.StatusCode] = {
-    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
-    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
-    "not_found": grpc.StatusCode.NOT_FOUND,
-    "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
-    "already_exists": grpc.StatusCode.ALREADY_EXISTS,
-    "unavailable": grpc.StatusCode.UNAVAILABLE,
-    "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "internal": grpc.StatusCode.INTERNAL,
-}
-CODE_BY_STATUS = {v: k for k, v in STATUS_BY_CODE.items()}
-
-
-def error_from_rpc(exc: grpc.RpcError) -> FedplatError:
-    """Map a gRPC error back to the domain error the SDK handles."""
-    code = exc.code() if hasattr(exc, "code") else None
-    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
-    if code in (
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        None,
-    ):
-        return Unavailable(f"{code.name if code else 'error'}: {details}")
-    cls = ERRORS_BY_CODE.get(CODE_BY_STATUS.get(code, ""), FedplatError)
-    return cls(details)
 
 
 @dataclass(frozen=True)
@@ -111,12 +82,18 @@ class GrpcConnection:
             raise Unauthenticated("not enrolled")
         return ((CLIENT_ID_KEY, self._client_id), (TOKEN_KEY, self._token))
 
-    @staticmethod
-    def _call(fn: Callable[[], T]) -> T:
+    def _call(self, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise error_from_rpc(exc, plaintext=self.opts.insecure) from None
+
+    def challenge(self, client_id: str) -> Challenge:
+        msg = pb.ChallengeRequest(client_id=client_id)
+        resp = self._call(
+            lambda: self.stub.Challenge(msg, timeout=self.opts.rpc_timeout)
+        )
+        return serde.challenge_from_proto(resp)
 
     def enroll(self, req: EnrollRequest) -> Enrollment:
         msg = serde.enroll_request_to_proto(req)
@@ -140,24 +117,25 @@ class GrpcConnection:
         )
         return serde.task_from_proto(resp)
 
-    def download_model(self, task_id: str) -> ModelPayload:
+    def download_model(self, task_id: str, out: torch.Tensor) -> ModelInfo:
         md = self._md()
         return self._call(
-            lambda: serde.model_from_chunks(
+            lambda: streams.receive_model(
                 self.stub.DownloadModel(
                     pb.DownloadRequest(task_id=task_id),
                     metadata=md,
                     timeout=self.opts.rpc_timeout,
                 ),
+                out,
                 self.opts.max_model_bytes,
             )
         )
 
-    def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck:
+    def upload_update(self, header: UpdateHeader, body: EncodedBody) -> UploadAck:
         md = self._md()
         resp = self._call(
             lambda: self.stub.UploadUpdate(
-                serde.update_to_chunks(header, data, self._chunk),
+                streams.update_to_chunks(header, body, self._chunk),
                 metadata=md,
                 timeout=self.opts.rpc_timeout,
             )

@@ -1,21 +1,29 @@
-"""In-process transport: the client SDK calls a round engine directly.
+"""In-process transport: the client SDK calls a coordinator directly.
 
-Updates still go through the same byte encoding and validation as over gRPC, so a
-simulation exercises the coordinator's real checks; only sockets are skipped.
+Updates still go through the same payload encoding, signatures and intake as over
+gRPC, so a simulation exercises the coordinator's real checks; only sockets are
+skipped. Byte counts are those of the messages gRPC would carry.
 """
 
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
+import torch
+
+from fedplat.proto.streams import ModelInfo
 from fedplat.transport.base import CoordinatorService
-from fedplat.transport.errors import Unauthenticated
+from fedplat.transport.errors import InvalidArgument, Unauthenticated
 from fedplat.transport.messages import (
+    Challenge,
     Enrollment,
     EnrollRequest,
-    ModelPayload,
     Task,
     UpdateHeader,
     UploadAck,
 )
+from fedplat.uplink.body import EncodedBody
 
 
 class InMemoryConnection:
@@ -29,6 +37,9 @@ class InMemoryConnection:
             raise Unauthenticated("not enrolled")
         return self._client_id, self._token
 
+    def challenge(self, client_id: str) -> Challenge:
+        return self.service.challenge(client_id)
+
     def enroll(self, req: EnrollRequest) -> Enrollment:
         e = self.service.enroll(req)
         self._client_id, self._token = e.client_id, e.token
@@ -37,11 +48,17 @@ class InMemoryConnection:
     def get_task(self, wait_seconds: float) -> Task:
         return self.service.get_task(*self._creds(), wait_seconds)
 
-    def download_model(self, task_id: str) -> ModelPayload:
-        return self.service.download_model(*self._creds(), task_id)
+    def download_model(self, task_id: str, out: torch.Tensor) -> ModelInfo:
+        p = self.service.download_model(*self._creds(), task_id)
+        if len(p.data) != 4 * out.numel():
+            raise InvalidArgument("model size differs from the client's model")
+        if hashlib.sha256(p.data).hexdigest() != p.sha256:
+            raise InvalidArgument("model checksum mismatch")
+        out.view(torch.uint8).numpy()[:] = np.frombuffer(p.data, dtype=np.uint8)
+        return ModelInfo(p.model_version, p.round, p.layout, p.encoding)
 
-    def upload_update(self, header: UpdateHeader, data: bytes) -> UploadAck:
-        return self.service.upload_update(*self._creds(), header, data)
+    def upload_update(self, header: UpdateHeader, body: EncodedBody) -> UploadAck:
+        return self.service.upload_update(*self._creds(), header, body.tobytes())
 
     def report_metrics(
         self, task_id: str, round_number: int, metrics: dict[str, float]

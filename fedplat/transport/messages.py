@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+import torch
+
+from fedplat.uplink.task import TaskConfig
 from fedplat.vectors import Layout
+
+if TYPE_CHECKING:
+    from fedplat.uplink.body import EncodedBody
+
+#: The one upload encoding: a fedplat.compression.wire payload (dense or not).
+PAYLOAD_V1 = "fedplat-payload-v1"
+#: The global model's download encoding: raw little-endian float32 values.
+DENSE_F32 = "dense-f32le"
+
+
+@dataclass(frozen=True)
+class Challenge:
+    challenge: bytes
+    expires_unix: float
 
 
 @dataclass(frozen=True)
@@ -16,6 +34,10 @@ class EnrollRequest:
     layout: Layout
     client_id: str = ""
     info: dict[str, str] = field(default_factory=dict)
+    public_key: bytes = b""
+    challenge: bytes = b""
+    signature: bytes = b""
+    enrolment_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -27,6 +49,7 @@ class Enrollment:
     layout: Layout
     max_message_bytes: int
     max_update_bytes: int
+    session_expires_unix: float = 0.0
 
 
 class TaskKind(enum.Enum):
@@ -43,8 +66,9 @@ class Task:
     task_id: str = ""
     model_version: int = 0
     deadline_unix: float = 0.0
-    config: dict[str, Any] = field(default_factory=dict)
+    config: TaskConfig = field(default_factory=TaskConfig)
     retry_after: float = 0.0
+    nonce: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -54,9 +78,9 @@ class ModelPayload:
     model_version: int
     round: int
     layout: Layout
-    data: bytes
+    data: bytes | memoryview
     sha256: str
-    encoding: str = "dense-f32le"
+    encoding: str = DENSE_F32
 
 
 @dataclass(frozen=True)
@@ -67,9 +91,26 @@ class UpdateHeader:
     layout: Layout
     total_bytes: int
     sha256: str
-    encoding: str = "dense-f32le"
-    encoding_params: dict[str, str] = field(default_factory=dict)
+    encoding: str = PAYLOAD_V1
     metrics: dict[str, float] = field(default_factory=dict)
+    signature: bytes = b""
+
+
+def update_statement(
+    run_id: str, header: UpdateHeader, nonce: bytes
+) -> tuple[str, int, str, bytes, str, int, str]:
+    """The fields an update's signature covers (domain ``UPDATE`` of
+    :mod:`fedplat.security.identity`): the run, round, task and the task's nonce
+    bind it to one task; the payload SHA-256, examples and encoding to its content."""
+    return (
+        run_id,
+        header.round,
+        header.task_id,
+        nonce,
+        header.sha256,
+        header.num_examples,
+        header.encoding,
+    )
 
 
 @dataclass(frozen=True)
@@ -77,3 +118,21 @@ class UploadAck:
     accepted: bool
     message: str
     bytes_received: int
+
+
+@dataclass(frozen=True)
+class OutgoingUpdate:
+    """An update on its way out through the client's middleware chain.
+
+    ``vector`` is ``[d]`` float32 (new - global). ``body`` is set by the layer
+    that encodes it (compression); without one the update is sent dense.
+    """
+
+    task: Task
+    vector: torch.Tensor
+    num_examples: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    body: EncodedBody | None = None
+
+
+Send = Callable[[OutgoingUpdate], UploadAck]

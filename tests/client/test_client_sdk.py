@@ -17,12 +17,12 @@ from fedplat.client import (
     OutgoingUpdate,
 )
 from fedplat.client.middleware import chain
-from fedplat.server.app import Coordinator
+from fedplat.server.app import BackgroundServer
 from fedplat.server.config import parse_config
 
 from fedplat.models import create_model
 from fedplat.transport.messages import Task, TaskKind, UploadAck
-from tests.support import free_port, run_config, wait_for
+from tests.support import free_port, issue_tokens, run_config, wait_for
 
 
 def test_backoff_full_jitter_bounds() -> None:
@@ -62,7 +62,7 @@ def test_middleware_order_and_clipping() -> None:
     assert counter.bytes_sent == 12 and counter.updates_sent == 1
 
 
-def _client(address: str, name: str, tmp: Path) -> Client:
+def _client(address: str, name: str, tmp: Path, token: str = "") -> Client:
     model = create_model("mlp", (1, 8, 8), 10, hidden=(64,))
 
     def train(m: torch.nn.Module, config: object) -> FitResult:
@@ -78,6 +78,7 @@ def _client(address: str, name: str, tmp: Path) -> Client:
         num_examples=5,
         name=name,
         insecure=True,
+        enrolment_token=token,
         state_dir=tmp / name,
         backoff=Backoff(base=0.1, cap=0.5),
         poll_seconds=1,
@@ -95,37 +96,37 @@ def test_client_started_before_coordinator_connects_and_survives_restart(
         address=f"127.0.0.1:{port}",
         deadlines={"round_seconds": 20},
     )
-    clients = [_client(f"127.0.0.1:{port}", f"c{i}", tmp_path) for i in range(2)]
+    tokens = issue_tokens(raw, 2)
+    clients = [
+        _client(f"127.0.0.1:{port}", f"c{i}", tmp_path, tokens[i]) for i in range(2)
+    ]
     for c in clients:
         c.start()
     time.sleep(1.0)  # clients are retrying against a closed port
-    coord = Coordinator(parse_config(raw))
-    coord.start()
+    srv = BackgroundServer(parse_config(raw)).start()
     try:
-        wait_for(lambda: coord.engine.completed_rounds >= 2, 60, "two rounds")
+        wait_for(lambda: srv.coord.completed_rounds >= 2, 60, "two rounds")
     finally:
-        coord.stop(grace=0)
+        srv.stop()
     ids_before = {c.client_id for c in clients}
-    # Restart on the same port and store: clients re-enrol with their saved ids.
-    coord = Coordinator(parse_config(raw))
-    coord.start()
+    # Restart on the same port and store: clients re-enrol with their saved ids
+    # and keys (their tokens are spent: the identity key is what admits them).
+    srv = BackgroundServer(parse_config(raw)).start()
     try:
-        wait_for(lambda: coord.engine.finished, 60, "the resumed run to finish")
+        wait_for(lambda: srv.coord.finished, 60, "the resumed run to finish")
         wait_for(lambda: all(c.finished for c in clients), 30, "clients to finish")
     finally:
-        coord.stop(grace=0)
+        srv.stop()
         for c in clients:
             c.stop()
     assert {c.client_id for c in clients} == ids_before
     assert all((tmp_path / c.name / "client.json").exists() for c in clients)
-    run = coord.store  # closed; reopen to inspect
     from fedplat.store import Store
 
     store = Store(raw["store"]["url"], migrate=False)
     r = store.get_run_by_name("test")
     assert r is not None and r.status == "completed" and r.current_round == 4
     assert len(store.list_clients(r.id)) == 2
-    del run
 
 
 def test_client_gives_up_when_unreachable(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Compression and privacy through the real round engine (in-memory transport)."""
+"""Compression and privacy through the real coordinator (in-memory transport)."""
 
 from __future__ import annotations
 
@@ -84,13 +84,12 @@ def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
     # Calibrated for all rounds: the last round spends (almost exactly) the budget.
     assert eps[-1] > 7.5
     # Honest clients clip before sending, so the coordinator had nothing to clip.
-    flags = [p.flags for p in store.list_participations(res.run_id, 1)]
-    assert not any("dp-clipped" in f["flags"] for f in flags)
+    flags = [p.verdict.flags for p in store.list_participations(res.run_id, 1)]
+    assert not any("dp-clipped" in f for f in flags)
 
 
 def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
-    from fedplat.server.uplink import UplinkPlan
-
+    from fedplat.uplink.server import UplinkPlan
     from fedplat.vectors import Layout, TensorSpec
 
     cfg = parse_config(
@@ -101,10 +100,12 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
         )
     )
     plan = UplinkPlan(cfg, Layout((TensorSpec("w", (2,)),)))
-    rows, clipped = plan.clip_for_central(torch.tensor([[3.0, 4.0], [0.3, 0.4]]))
-    assert clipped == [True, False]
-    assert torch.allclose(rows, torch.tensor([[0.6, 0.8], [0.3, 0.4]]))
-    assert plan.task_config()["privacy"]["noise_multiplier"] == 1.0
+    big, small = torch.tensor([3.0, 4.0]), torch.tensor([0.3, 0.4])
+    assert plan.clip_row(big, 5.0) and not plan.clip_row(small, 0.5)
+    assert torch.allclose(big, torch.tensor([0.6, 0.8]))  # clipped in place
+    assert torch.allclose(small, torch.tensor([0.3, 0.4]))
+    privacy = plan.task_config(seed=0).privacy
+    assert privacy is not None and privacy.noise_multiplier == 1.0
 
 
 def test_local_dp_on_sketch(tmp_path: Path) -> None:
@@ -132,10 +133,10 @@ def test_central_dp_requires_unweighted_fedavg(tmp_path: Path) -> None:
 
 
 def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
-    from fedplat.server.engine import RoundEngine
+    from fedplat.server.coordinator import Coordinator
 
-    from fedplat.compression import CountSketch
-    from fedplat.transport.errors import InvalidArgument
+    from fedplat.compression import CountSketch, PayloadError
+    from fedplat.uplink.decode import PayloadSink
 
     cfg = parse_config(
         run_config(
@@ -145,22 +146,25 @@ def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
             compression={"name": "countsketch", "params": {"rows": 1, "cols": 100}},
         )
     )
-    engine = RoundEngine(cfg, Store(cfg.store.url))
+    coord = Coordinator(cfg, Store(cfg.store.url))
+    plan, d = coord.ctx.plan, coord.layout.numel
     forged = (
-        CountSketch(rows=1, cols=100)
-        .encode(torch.ones(engine.layout.numel), round=1, seed=12345)
-        .to_bytes()
+        CountSketch(rows=1, cols=100).encode(torch.ones(d), round=1, seed=12345)
+    ).to_bytes()
+    sink = PayloadSink(
+        torch.empty(d), len(forged), plan.decode, seed=plan.seed, round=1
     )
-    with pytest.raises(InvalidArgument, match="bad compressed payload"):
-        engine.uplink.decode(forged, 1)
+    with pytest.raises(PayloadError, match="sketch seed 12345"):
+        sink.write(forged)
 
 
 def test_local_dp_counts_the_releases_of_a_failed_round(tmp_path: Path) -> None:
     """Under local DP an upload is a noised release even if its round then fails
     (here: quorum not reached), so the accountant must count that round."""
-    from fedplat.server.engine import RoundEngine
+    from fedplat.server.coordinator import Coordinator
 
     from fedplat.sim import VirtualClock
+    from fedplat.sim.simulation import admit
     from fedplat.transport.inmemory import InMemoryConnection
 
     cfg = parse_config(
@@ -173,9 +177,10 @@ def test_local_dp_counts_the_releases_of_a_failed_round(tmp_path: Path) -> None:
         )
     )
     store = Store(cfg.store.url)
-    engine = RoundEngine(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, store, clock=VirtualClock())
     build = _build()
     a, b = (build(i, lambda: InMemoryConnection(engine)) for i in range(2))
+    admit(store, cfg, [a, b])
     for c in (a, b):
         c.step(0)  # enrol
     engine.open_round()

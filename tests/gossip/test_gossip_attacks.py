@@ -27,7 +27,6 @@ import torch
 
 from fedplat.compression import dense_payload
 from fedplat.gossip.client import PeerClient
-from fedplat.gossip.errors import PermissionDenied
 from fedplat.gossip.messages import ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
@@ -40,7 +39,12 @@ from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
 from fedplat.security.certs import issue
 from fedplat.security.identity import Identity
-from fedplat.transport.errors import StaleUpdate, Unavailable, UnknownClient
+from fedplat.transport.errors import (
+    PermissionDenied,
+    StaleUpdate,
+    Unavailable,
+    UnknownClient,
+)
 from tests.support import free_port, wait_for
 from tests.support.gossip import (
     PEER_RPCS,

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from fedplat.gossip.errors import PermissionDenied
 from fedplat.gossip.guard import Admission
 from fedplat.gossip.limits import RefusalLog, StreamSlots
 from fedplat.gossip.membership import (
@@ -37,7 +36,7 @@ from fedplat.security.certs import (
     issue_peer,
 )
 from fedplat.security.identity import Identity
-from fedplat.transport.errors import ResourceExhausted, StaleUpdate
+from fedplat.transport.errors import PermissionDenied, ResourceExhausted, StaleUpdate
 from fedplat.vectors import Layout, TensorSpec
 from tests.support.gossip import SPARE, peer_files
 

@@ -24,7 +24,6 @@ import torch
 import yaml
 
 from fedplat.compression import dense_payload
-from fedplat.gossip.errors import PermissionDenied
 from fedplat.gossip.launcher import LaunchResult, ProcessLauncher
 from fedplat.gossip.messages import ModelHeader, PeerAddress
 from fedplat.gossip.pki import ClusterFiles
@@ -32,7 +31,7 @@ from fedplat.gossip.recorder import GossipRecorder
 from fedplat.gossip.tls import PeerTls
 from fedplat.security.certs import issue
 from fedplat.store import Store
-from fedplat.transport.errors import FedplatError, InvalidArgument
+from fedplat.transport.errors import FedplatError, InvalidArgument, PermissionDenied
 from tests.support import wait_for
 from tests.support.gossip import client_as, observer
 

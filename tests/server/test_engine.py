@@ -1,4 +1,4 @@
-"""The round engine over the in-memory transport (no sockets, virtual clock)."""
+"""The coordinator over the in-memory transport (no sockets, virtual clock)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import torch
 from fedplat.client import Client, FitResult
 from fedplat.server.checkpoint import CheckpointError
 from fedplat.server.config import ConfigError, parse_config
-from fedplat.server.engine import RoundEngine
+from fedplat.server.coordinator import Coordinator
 from fedplat.server.optimizers import ServerOptimizer
 
 from fedplat.sim import VirtualClock, simulate
+from fedplat.sim.simulation import admit
 from fedplat.store import Store
 from fedplat.transport.inmemory import InMemoryConnection
 from fedplat.transport.messages import TaskKind
@@ -27,7 +28,7 @@ def _cfg(tmp: Path, **kw: Any) -> Any:
 
 
 def _shift_client(
-    engine: RoundEngine, name: str, value: float, examples: int = 10
+    engine: Coordinator, name: str, value: float, examples: int = 10
 ) -> Client:
     """A client whose update adds ``value`` to every weight."""
     from fedplat.models import create_model
@@ -40,7 +41,7 @@ def _shift_client(
                 p.add_(value)
         return FitResult(examples, {"train_loss": 1.0})
 
-    return Client(
+    client = Client(
         None,
         model,
         train,
@@ -48,6 +49,8 @@ def _shift_client(
         name=name,
         connection_factory=lambda: InMemoryConnection(engine),
     )
+    admit(engine.store, engine.cfg, [client])
+    return client
 
 
 def test_simulation_learns_on_digits(tmp_path: Path) -> None:
@@ -95,7 +98,7 @@ def test_seeded_simulation_is_reproducible(tmp_path: Path) -> None:
 def test_weighted_fedavg_applies_exact_mean(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2)
     store = Store(cfg.store.url)
-    engine = RoundEngine(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, store, clock=VirtualClock())
     w0 = engine.weights.clone()
     a = _shift_client(engine, "a", 1.0, examples=30)
     b = _shift_client(engine, "b", -1.0, examples=10)
@@ -110,7 +113,7 @@ def test_weighted_fedavg_applies_exact_mean(tmp_path: Path) -> None:
     assert torch.allclose(engine.weights - w0, torch.full_like(w0, 0.5), atol=1e-5)
     parts = {p.client_id: p for p in store.list_participations(engine.run_id, 1)}
     assert sorted(round(p.weight or 0, 3) for p in parts.values()) == [0.25, 0.75]
-    assert all(p.flags["selected"] for p in parts.values())
+    assert all(p.verdict.selected for p in parts.values())
     assert a.step(0).kind is TaskKind.FINISHED
 
 
@@ -118,7 +121,7 @@ def test_straggler_dropped_at_deadline_and_quorum(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=3, quorum=2, deadlines={"round_seconds": 30})
     store = Store(cfg.store.url)
     clock = VirtualClock()
-    engine = RoundEngine(cfg, store, clock=clock)
+    engine = Coordinator(cfg, store, clock=clock)
     clients = [_shift_client(engine, f"c{i}", 0.1) for i in range(3)]
     for c in clients:
         c.step(0)
@@ -126,7 +129,7 @@ def test_straggler_dropped_at_deadline_and_quorum(tmp_path: Path) -> None:
     for c in clients[:2]:
         c.step(0)
     stop = threading.Event()
-    waiter = threading.Thread(target=engine.wait_round, args=(stop,))
+    waiter = threading.Thread(target=engine.driver.wait_round, args=(stop,))
     waiter.start()
     waiter.join(0.3)
     assert waiter.is_alive()  # still waiting for the third client
@@ -152,7 +155,7 @@ def test_failed_round_is_retried_then_run_fails(tmp_path: Path) -> None:
     )
     store = Store(cfg.store.url)
     clock = VirtualClock()
-    engine = RoundEngine(cfg, store, clock=clock)
+    engine = Coordinator(cfg, store, clock=clock)
     clients = [_shift_client(engine, f"c{i}", 0.1) for i in range(2)]
     for _attempt in (1, 2):
         for c in clients:
@@ -165,13 +168,18 @@ def test_failed_round_is_retried_then_run_fails(tmp_path: Path) -> None:
     assert engine.finished
     run = store.get_run(engine.run_id)
     assert run is not None and run.status == "failed"
-    assert len(store.list_events(engine.run_id, kind="round_failed")) == 2
+    # The first attempt is an event; the last one closes the round, for good.
+    assert len(store.list_events(engine.run_id, kind="round_attempt_failed")) == 1
+    assert len(store.list_events(engine.run_id, kind="round_failed")) == 1
+    rnd = store.get_round(engine.run_id, 1)
+    assert rnd is not None and rnd.status == "failed"
+    assert run.reason and "quorum not reached" in run.reason
 
 
 def test_resume_from_checkpoint(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=4, clients=2)
     store = Store(cfg.store.url)
-    e1 = RoundEngine(cfg, store, clock=VirtualClock())
+    e1 = Coordinator(cfg, store, clock=VirtualClock())
     cl = [_shift_client(e1, f"c{i}", 0.01 * (i + 1)) for i in range(2)]
     for _ in range(2):
         for c in cl:
@@ -182,7 +190,7 @@ def test_resume_from_checkpoint(tmp_path: Path) -> None:
         assert e1.close_round().completed
     w_after_2 = e1.weights.clone()
     # A new engine on the same store (a restart) continues after round 2.
-    e2 = RoundEngine(cfg, store, clock=VirtualClock())
+    e2 = Coordinator(cfg, store, clock=VirtualClock())
     assert e2.model_version == 2 and torch.equal(e2.weights, w_after_2)
     assert store.list_events(e2.run_id, kind="run_resumed")
     # A tampered checkpoint is detected, not silently loaded.
@@ -192,24 +200,24 @@ def test_resume_from_checkpoint(tmp_path: Path) -> None:
         f.seek(-4, 2)
         f.write(b"XXXX")
     with pytest.raises(CheckpointError, match="SHA-256"):
-        RoundEngine(cfg, store, clock=VirtualClock())
+        Coordinator(cfg, store, clock=VirtualClock())
 
 
 def test_existing_run_with_other_model_is_refused(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2)
     store = Store(cfg.store.url)
-    RoundEngine(cfg, store)
+    Coordinator(cfg, store)
     other = parse_config(
         run_config(tmp_path, rounds=1, clients=2, model={"params": {"hidden": [32]}})
     )
     with pytest.raises(ConfigError, match="another model layout"):
-        RoundEngine(other, store)
+        Coordinator(other, store)
 
 
 def test_unknown_aggregator_is_a_config_error(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2, aggregator={"name": "nope"})
     with pytest.raises(ConfigError, match="unknown aggregator 'nope'"):
-        RoundEngine(cfg, Store(cfg.store.url))
+        Coordinator(cfg, Store(cfg.store.url))
 
 
 @pytest.mark.parametrize(
@@ -280,7 +288,7 @@ def test_cosine_server_lr_schedule(tmp_path: Path) -> None:
         server_optimizer={"name": "fedavg", "lr": 1.0, "lr_schedule": "cosine"},
     )
     store = Store(cfg.store.url)
-    engine = RoundEngine(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, store, clock=VirtualClock())
     a = _shift_client(engine, "a", 1.0)
     b = _shift_client(engine, "b", 1.0)
     w0 = engine.weights.clone()

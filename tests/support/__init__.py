@@ -2,7 +2,13 @@
 ``tests/conftest.py``. No test module imports another test module."""
 
 from tests.support.clients import digits_client
-from tests.support.configs import REPO, free_port, run_config, write_config
+from tests.support.configs import (
+    REPO,
+    free_port,
+    issue_tokens,
+    run_config,
+    write_config,
+)
 from tests.support.procs import Procs, wait_for
 
 __all__ = [
@@ -10,6 +16,7 @@ __all__ = [
     "Procs",
     "digits_client",
     "free_port",
+    "issue_tokens",
     "run_config",
     "wait_for",
     "write_config",

@@ -14,7 +14,14 @@ import pytest
 from fedplat.ui import charts, data, display_url, graph, ledger
 
 from fedplat.cli import build_parser
-from fedplat.store import EventRecord, MetricRecord, RunRecord, Store
+from fedplat.store import (
+    ContributionRecord,
+    EventRecord,
+    MetricRecord,
+    RunRecord,
+    Store,
+    Verdict,
+)
 from fedplat.store.engine import make_engine
 from tests.support.ui_fixture import build_fixture_db
 
@@ -37,39 +44,35 @@ def run_record(config: dict[str, Any], current: int = 0) -> RunRecord:
     )
 
 
+def _contribution(suspect: bool, flags: tuple[str, ...] = ()) -> ContributionRecord:
+    return ContributionRecord("run", 1, "c", None, {}, suspect, flags)
+
+
 @pytest.mark.parametrize(
-    ("status", "flags", "expected"),
+    ("status", "v", "contribution", "expected"),
     [
-        ("succeeded", {}, "not aggregated"),
-        ("succeeded", {"selected": True, "score": 1.0, "flags": []}, "accepted"),
-        ("succeeded", {"selected": True, "flags": ["clipped"]}, "flagged"),
-        ("succeeded", {"selected": False, "flags": ["krum"]}, "excluded"),
-        (
-            "succeeded",
-            {"selected": False, "contribution": {"suspect": True}},
-            "suspect",
-        ),
-        (
-            "succeeded",
-            {"selected": True, "contribution": {"suspect": False}},
-            "accepted",
-        ),
-        ("late", {}, "straggler"),
-        ("dropped", {}, "straggler"),
-        ("rejected", {}, "rejected"),
-        ("downloaded", {}, "in progress"),
+        ("succeeded", Verdict(), None, "not aggregated"),
+        ("succeeded", Verdict(1.0, True, 1.0), None, "accepted"),
+        ("succeeded", Verdict(1.0, True, None, ("clipped",)), None, "flagged"),
+        ("succeeded", Verdict(0.0, False, None, ("krum",)), None, "excluded"),
+        ("succeeded", Verdict(0.0, False), _contribution(True), "suspect"),
+        ("succeeded", Verdict(1.0, True), _contribution(False), "accepted"),
+        ("late", Verdict(), None, "straggler"),
+        ("dropped", Verdict(), None, "straggler"),
+        ("rejected", Verdict(), None, "rejected"),
+        ("downloaded", Verdict(), None, "in progress"),
     ],
 )
-def test_verdict(status: str, flags: dict[str, Any], expected: str) -> None:
-    assert data.verdict(status, flags) == expected
+def test_verdict(
+    status: str, v: Verdict, contribution: ContributionRecord | None, expected: str
+) -> None:
+    assert data.verdict(status, v, contribution) == expected
 
 
 def test_flag_labels_merge_without_aggregator_duplicates() -> None:
-    flags = {
-        "flags": ["clipped"],
-        "contribution": {"flags": ["agg:clipped", "zero-update", "clipped"]},
-    }
-    assert data.flag_labels(flags) == ["clipped", "zero-update"]
+    v = Verdict(1.0, True, None, ("clipped",))
+    c = _contribution(False, ("agg:clipped", "zero-update", "clipped"))
+    assert data.flag_labels(v, c) == ["clipped", "zero-update"]
 
 
 def test_round_series_prefers_run_level_and_last_write() -> None:

@@ -1,10 +1,12 @@
-"""The client's compression and privacy layer, driven by the task's config.
+"""The client half of the uplink contract: compression and privacy per task.
 
 The coordinator names the run's compressor and privacy settings in every task
-(``compression``, ``compression_seed``, ``privacy``). This innermost middleware layer
-clips, compresses (keeping error-feedback / DGC momentum state across rounds, saved in
-the client's ``state_dir`` so a restarted client keeps it) and, for local DP, noises
-what actually leaves the device. It never touches the network.
+(:class:`fedplat.uplink.task.TaskConfig`). This innermost middleware layer clips,
+compresses (keeping error-feedback / DGC momentum state across rounds, saved in
+the client's ``state_dir`` so a restarted client keeps it) and, for local DP,
+noises what actually leaves the device. Its output is the update's payload
+(:class:`fedplat.uplink.body.EncodedBody`); the coordinator's half
+(:mod:`fedplat.uplink.server`) decodes it. It never touches the network.
 """
 
 from __future__ import annotations
@@ -15,9 +17,6 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from fedplat.client.middleware import OutgoingUpdate, Send
 
 from fedplat.compression import (
     CompressionError,
@@ -33,9 +32,10 @@ from fedplat.privacy import (
     privatize_payload,
     secure_seed,
 )
-from fedplat.transport import codec
 from fedplat.transport.errors import InvalidArgument
-from fedplat.transport.messages import UploadAck
+from fedplat.transport.messages import OutgoingUpdate, Send, UploadAck
+from fedplat.uplink.body import EncodedBody
+from fedplat.uplink.task import CompressionSpec
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.client")
@@ -53,8 +53,8 @@ class UplinkLayer:
         self._noise = make_noise_generator(secure_seed())
         self.last_nbytes = 0
 
-    def _key(self, spec: dict[str, Any]) -> str:
-        blob = json.dumps(spec, sort_keys=True).encode()
+    def _key(self, spec: CompressionSpec) -> str:
+        blob = json.dumps([spec.name, spec.params], sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def _state_path(self, key: str) -> Path | None:
@@ -62,14 +62,12 @@ class UplinkLayer:
             return None
         return self.state_dir / f"compressor-{key}.safetensors"
 
-    def compressor(self, spec: dict[str, Any]) -> tuple[str, Compressor]:
+    def compressor(self, spec: CompressionSpec) -> tuple[str, Compressor]:
         """The (cached, state-restored) compressor for a task's spec."""
         key = self._key(spec)
         if key not in self._compressors:
-            name = str(spec.get("name", "identity"))
-            params = dict(spec.get("params") or {})
             try:
-                comp = create_compressor(name, layout=self.layout, **params)
+                comp = create_compressor(spec.name, layout=self.layout, **spec.params)
             except (CompressionError, ValueError) as exc:
                 raise InvalidArgument(
                     f"task asks for an unusable compressor: {exc}"
@@ -86,28 +84,22 @@ class UplinkLayer:
 
     def __call__(self, update: OutgoingUpdate, send: Send) -> UploadAck:
         cfg = update.task.config
-        spec = cfg.get("compression") or {"name": "identity"}
-        privacy = cfg.get("privacy") or {}
-        mode = privacy.get("mode", "none")
-        if spec.get("name", "identity") == "identity" and mode == "none":
+        privacy = cfg.privacy
+        if cfg.compression.is_identity and privacy is None:
             return send(update)
         vec = update.vector
-        if mode == "central":
+        if privacy is not None and privacy.mode == "central":
             # The coordinator's noise is calibrated to this bound (it re-clips too).
-            vec = clip_l2(vec, float(privacy["clip_norm"])).vector
-        key, comp = self.compressor(spec)
-        payload = comp.encode(
-            vec, round=update.task.round, seed=int(cfg.get("compression_seed", 0))
-        )
-        if mode == "local":
-            mech = GaussianMechanism(
-                float(privacy["noise_multiplier"]), float(privacy["clip_norm"])
-            )
+            vec = clip_l2(vec, privacy.clip_norm).vector
+        key, comp = self.compressor(cfg.compression)
+        payload = comp.encode(vec, round=update.task.round, seed=cfg.compression_seed)
+        if privacy is not None and privacy.mode == "local":
+            mech = GaussianMechanism(privacy.noise_multiplier, privacy.clip_norm)
             payload = privatize_payload(payload, mech, generator=self._noise)
         path = self._state_path(key)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             save_state(path, comp.state_dict())
-        data = payload.to_bytes()
-        self.last_nbytes = len(data)
-        return send(replace(update, data=data, encoding=codec.PAYLOAD_V1))
+        body = EncodedBody.of(payload.to_bytes())
+        self.last_nbytes = body.nbytes
+        return send(replace(update, body=body))

@@ -1,19 +1,19 @@
-"""What the coordinator does with compression and privacy of client uploads.
+"""The coordinator half of the uplink contract: compression and privacy of uploads.
 
-:class:`UplinkPlan` is built once per run from the config. It tells clients (through
-the task config) which compressor and privacy layer to apply, decodes compressed
-payloads on the coordinator, and for central DP clips rows and noises the mean. It
-also owns the privacy accountant whose (epsilon, delta) is stored every round.
+:class:`UplinkPlan` is built once per run from the config. It tells clients (the
+uplink part of every :class:`~fedplat.uplink.task.TaskConfig`) which compressor
+and privacy layer to apply, hands the intake the run's decoder for non-dense
+payloads (:mod:`fedplat.uplink.decode`), and for central DP clips rows and noises
+the mean. It also owns the privacy accountant whose (epsilon, delta) is stored
+every round.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 import torch
-from fedplat.server.config import ConfigError, RunConfig
 
 from fedplat.compression import (
     CompressionError,
@@ -31,7 +31,13 @@ from fedplat.privacy import (
     noise_multiplier_for,
     secure_seed,
 )
-from fedplat.transport.errors import InvalidArgument
+from fedplat.server.config import ConfigError, RunConfig
+from fedplat.uplink.task import (
+    CompressionSpec,
+    PrivacySpec,
+    TaskConfig,
+    TrainingSettings,
+)
 from fedplat.vectors import Layout
 
 
@@ -74,35 +80,48 @@ class UplinkPlan:
         sel = self.cfg.selection
         return min(1.0, sel.clients_per_round / sel.min_available)
 
-    def task_config(self) -> dict[str, Any]:
-        """The uplink part of every task's config (sent to clients)."""
-        c = self.cfg.compression
-        out: dict[str, Any] = {
-            "compression": {"name": c.name, "params": json.loads(json.dumps(c.params))},
-            "compression_seed": self.seed,
-        }
-        if self.mode != "none":
-            out["privacy"] = {
-                "mode": self.mode,
-                "clip_norm": self.cfg.privacy.clip_norm,
-                "noise_multiplier": self.sigma,
-            }
-        return out
+    def task_config(self, seed: int) -> TaskConfig:
+        """The task config of one client's round (``seed``: its training seed)."""
+        c, t = self.cfg.compression, self.cfg.client_training
+        privacy = None
+        if self.mode in ("local", "central"):
+            assert self.sigma is not None
+            privacy = PrivacySpec(self.mode, self.cfg.privacy.clip_norm, self.sigma)
+        return TaskConfig(
+            training=TrainingSettings(
+                epochs=t.epochs,
+                batch_size=t.batch_size,
+                lr=t.lr,
+                optimizer=t.optimizer,
+                momentum=t.momentum,
+                max_steps=t.max_steps,
+            ),
+            compression=CompressionSpec(c.name, json.loads(json.dumps(c.params))),
+            compression_seed=self.seed,
+            privacy=privacy,
+            seed=seed,
+        )
 
-    def decode(self, data: bytes, round_number: int) -> torch.Tensor:
-        """A ``fedplat-payload-v1`` upload -> ``[d]`` float32, validated."""
+    def decode(self, payload: Payload) -> torch.Tensor:
+        """A non-dense payload -> ``[d]`` float32 (the run's compressor)."""
         try:
-            payload = Payload.from_bytes(
-                data,
-                expected_d=self.layout.numel,
-                expected_seed=self.seed,
-                expected_round=round_number,
-            )
             return self.compressor.decode(payload).to(torch.float32)
-        except (PayloadError, CompressionError) as exc:
-            raise InvalidArgument(f"bad compressed payload: {exc}") from exc
+        except CompressionError as exc:
+            raise PayloadError(str(exc)) from exc
 
     # -------------------------------------------------------------- central DP
+    def clip_row(self, row: torch.Tensor, norm: float) -> bool:
+        """Enforce the clip norm on one accepted row in place (central DP: the
+        client should have clipped, but the noise is calibrated to this bound).
+        Returns whether it was clipped."""
+        if self.mode != "central":
+            return False
+        c = self.cfg.privacy.clip_norm
+        if norm <= c:
+            return False
+        row.mul_(c / norm)
+        return True
+
     def clip_for_central(self, stack: torch.Tensor) -> tuple[torch.Tensor, list[bool]]:
         """Enforce the clip norm on every row ``[n, d]`` (clients may not have)."""
         if self.mode != "central":

@@ -1,0 +1,135 @@
+"""The coordinator's one decode path: an upload's payload, decoded as it arrives.
+
+:class:`PayloadSink` takes the bytes of one ``fedplat-payload-v1`` upload in
+whatever pieces the transport delivers and writes the decoded ``[d]`` float32
+update into a row the caller owns (a row of the round's ``[n, d]`` buffer, or a
+scratch row). A dense float32 payload is copied straight from the received
+chunks into the row; any other payload (sparse, sketch, float16) is at most as
+large as the dense one, is collected into one buffer of exactly its declared
+length and decoded by the run's compressor into the same row. Nothing is ever
+unpickled, and nothing sized by the sender is allocated before the header that
+declares it has been checked against the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from fedplat.compression.wire import (
+    HEADER_SIZE,
+    Payload,
+    PayloadError,
+    PayloadHeader,
+    parse_header,
+)
+
+Decoder = Callable[[Payload], torch.Tensor]
+
+
+def max_payload_bytes(d: int) -> int:
+    """The largest acceptable upload for a model of ``d`` parameters.
+
+    Every encoding is at most as large as the dense float32 payload (sparse
+    payloads fall back to dense when they would not be smaller, sketches are
+    smaller by construction), so the dense size bounds them all.
+    """
+    return HEADER_SIZE + 4 * d
+
+
+class PayloadSink:
+    """Decode one upload into ``out`` (``[d]`` float32) as its bytes arrive.
+
+    Parameters
+    ----------
+    out : torch.Tensor
+        ``[d]`` float32, contiguous; overwritten.
+    total : int
+        The payload length the upload's header declared (checked against the
+        payload's own header, and at :meth:`finish`).
+    decoder : callable
+        The run's compressor ``decode`` for non-dense payloads.
+    seed, round : int
+        What a sketch payload must carry (public sketch seed, current round).
+    """
+
+    def __init__(
+        self, out: torch.Tensor, total: int, decoder: Decoder, *, seed: int, round: int
+    ) -> None:
+        if out.dtype != torch.float32 or out.dim() != 1 or not out.is_contiguous():
+            raise ValueError("out must be a contiguous [d] float32 tensor")
+        d = out.numel()
+        if not HEADER_SIZE <= total <= max_payload_bytes(d):
+            raise PayloadError(
+                f"an update of {total} bytes cannot be a payload for {d} "
+                f"parameters (at most {max_payload_bytes(d)})"
+            )
+        self.out = out
+        self.total = total
+        self._decoder = decoder
+        self._seed, self._round = seed, round
+        self._head = bytearray()
+        self.header: PayloadHeader | None = None
+        self._dense: np.ndarray | None = None  # out's bytes, dense float32 path
+        self._buf: bytearray | None = None  # everything else
+        self.received = 0
+
+    def write(self, data: memoryview | bytes) -> None:
+        """Take the next piece of the payload."""
+        view = memoryview(data).cast("B")
+        if self.received + len(view) > self.total:
+            raise PayloadError(f"upload longer than its declared {self.total} bytes")
+        self.received += len(view)
+        if self.header is None:
+            need = HEADER_SIZE - len(self._head)
+            self._head += view[:need]
+            view = view[need:]
+            if len(self._head) < HEADER_SIZE:
+                return
+            self._start()
+        if self._dense is not None:
+            at = self.received - len(view) - HEADER_SIZE
+            self._dense[at : at + len(view)] = np.frombuffer(view, dtype=np.uint8)
+        else:
+            assert self._buf is not None
+            self._buf += view
+
+    def _start(self) -> None:
+        h = parse_header(
+            bytes(self._head),
+            expected_d=self.out.numel(),
+            expected_seed=self._seed,
+            expected_round=self._round,
+        )
+        if h.length != self.total:
+            raise PayloadError(
+                f"payload header implies {h.length} bytes, the upload declared "
+                f"{self.total}"
+            )
+        self.header = h
+        if h.kind == "dense" and h.dtype == torch.float32:
+            self._dense = self.out.view(torch.uint8).numpy()
+        else:
+            self._buf = bytearray(self._head)
+
+    def finish(self) -> torch.Tensor:
+        """The decoded update (``out``); raises if bytes are missing."""
+        if self.received != self.total or self.header is None:
+            raise PayloadError(
+                f"upload truncated: {self.received} of {self.total} bytes"
+            )
+        if self._buf is not None:
+            payload = Payload.from_bytes(
+                self._buf,
+                expected_d=self.out.numel(),
+                expected_seed=self._seed,
+                expected_round=self._round,
+            )
+            self._buf = None
+            self.out.copy_(self._decoder(payload).to(torch.float32))
+        return self.out
+
+
+__all__ = ["PayloadSink", "max_payload_bytes"]

@@ -1,0 +1,126 @@
+"""Where a round's accepted updates go: a row buffer, or a running weighted sum.
+
+Rules that look at every row (robust aggregators, contribution scoring) get a
+:class:`RowStack`: one preallocated ``[n_selected, d]`` float32 buffer, each
+selected client owning the row of its place in enrolment order, and uploads are
+decoded straight into their row. Rows of clients that never deliver are never
+touched (the buffer comes from ``torch.empty``, so untouched pages cost no
+memory); at close the accepted rows are moved to the front in order, and the
+``[k, d]`` view is handed to the rule without a copy.
+
+FedAvg with no pre-aggregation needs only the weighted sum: :class:`RunningSum`
+keeps ``sum_i w_i u_i`` in float64 (``O(d)`` whatever the number of clients) and
+decodes each upload into a scratch row from a small pool, added once the upload
+is complete and valid, then returned to the pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One accepted update's place in the round."""
+
+    client_id: str
+    row: int  # the client's index among the round's selected clients
+    weight: float
+
+
+class RowStack:
+    """``[n, d]`` rows decoded in place (see the module docstring)."""
+
+    needs_rows = True
+
+    def __init__(self, n: int, d: int) -> None:
+        self.n, self.d = n, d
+        self._buf: torch.Tensor | None = None
+        self._accepted: dict[int, Accepted] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, row: int) -> torch.Tensor:
+        """The row client ``row`` decodes into."""
+        with self._lock:
+            if self._buf is None:
+                self._buf = torch.empty(self.n, self.d, dtype=torch.float32)
+            return self._buf[row]
+
+    def release(self, row: int, buffer: torch.Tensor) -> None:
+        """A failed upload: its row stays unused."""
+
+    def commit(self, acc: Accepted, buffer: torch.Tensor) -> None:
+        with self._lock:
+            self._accepted[acc.row] = acc
+
+    def accepted(self) -> list[Accepted]:
+        with self._lock:
+            return [self._accepted[r] for r in sorted(self._accepted)]
+
+    def take(self) -> tuple[torch.Tensor, list[Accepted]]:
+        """The accepted rows, in row order, as a ``[k, d]`` view (compacted in
+        place: row ``j`` moves up to ``i <= j``, so no row is overwritten before
+        it has moved)."""
+        accepted = self.accepted()
+        assert self._buf is not None or not accepted
+        if not accepted:
+            return torch.empty(0, self.d), []
+        buf = self._buf
+        assert buf is not None
+        for i, acc in enumerate(accepted):
+            if acc.row != i:
+                buf[i].copy_(buf[acc.row])
+        return buf[: len(accepted)], accepted
+
+    def free(self) -> None:
+        self._buf = None
+
+
+class RunningSum:
+    """``sum_i w_i u_i`` and ``sum_i w_i`` (see the module docstring)."""
+
+    needs_rows = False
+
+    def __init__(self, d: int) -> None:
+        self.d = d
+        self.sum: torch.Tensor | None = None
+        self.total_weight = 0.0
+        self._pool: list[torch.Tensor] = []
+        self._accepted: dict[int, Accepted] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, row: int) -> torch.Tensor:
+        with self._lock:
+            if self._pool:
+                return self._pool.pop()
+        return torch.empty(self.d, dtype=torch.float32)
+
+    def release(self, row: int, buffer: torch.Tensor) -> None:
+        with self._lock:
+            self._pool.append(buffer)
+
+    def commit(self, acc: Accepted, buffer: torch.Tensor) -> None:
+        with self._lock:
+            if self.sum is None:
+                self.sum = torch.zeros(self.d, dtype=torch.float64)
+            # In-place add promotes the float32 row without a float64 copy.
+            self.sum.add_(buffer, alpha=acc.weight)
+            self.total_weight += acc.weight
+            self._accepted[acc.row] = acc
+            self._pool.append(buffer)
+
+    def accepted(self) -> list[Accepted]:
+        with self._lock:
+            return [self._accepted[r] for r in sorted(self._accepted)]
+
+    def free(self) -> None:
+        self.sum = None
+        self._pool.clear()
+
+
+Accumulator = RowStack | RunningSum
+
+__all__ = ["Accepted", "Accumulator", "RowStack", "RunningSum"]

@@ -1,0 +1,333 @@
+"""Closing a round: evaluation, contributions, checkpoint, and the one write.
+
+:meth:`RoundCloser.complete` turns an aggregation step into the next model
+version: it evaluates the model when due, accounts contributions (row mode),
+writes the checkpoint (atomic, SHA-256 recorded), and records the round, its
+participations, verdicts, metrics, events and ledger entries in one transaction
+(:meth:`fedplat.store.Store.close_round`). Only then does the in-memory model
+advance, so a crash at any point leaves the store at the previous round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from fedplat.aggregators import FedAvg
+from fedplat.server.aggregation import StepResult
+from fedplat.server.board import RoundState
+from fedplat.server.checkpoint import Checkpoint, prune_checkpoints, save_checkpoint
+from fedplat.server.context import RunContext
+from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.runstate import now_utc
+
+from fedplat.contribution import ContributionError, RoundContribution
+from fedplat.store import (
+    ContributionRow,
+    EventRow,
+    ParticipationRow,
+    RoundClose,
+    Verdict,
+)
+
+log = logging.getLogger("fedplat.server")
+
+#: Per-client metrics kept per round (names are already bounded by serde).
+MAX_CLIENT_METRICS = 32
+
+
+@dataclass(frozen=True)
+class Completed:
+    accuracy: float | None
+    loss: float | None
+    run_finished: bool
+
+
+def participations(
+    r: RoundState, verdicts: dict[str, Verdict]
+) -> tuple[ParticipationRow, ...]:
+    """One row per selected client, in row (enrolment) order."""
+    rows = []
+    for a in sorted(r.assignments.values(), key=lambda a: a.row):
+        o = r.outcomes[a.client_id]
+        status, reason = o.status, o.reason
+        if status in ("selected", "downloaded"):
+            status, reason = "dropped", "no update before the round closed"
+        rows.append(
+            ParticipationRow(
+                client_id=a.client_id,
+                status=status,
+                bytes_up=o.bytes_up,
+                bytes_down=o.bytes_down,
+                num_examples=o.num_examples,
+                duration_s=o.duration_s,
+                train_loss=o.train_loss,
+                verdict=verdicts.get(a.client_id, Verdict()),
+                reason=reason,
+            )
+        )
+    return tuple(rows)
+
+
+def client_metrics(r: RoundState) -> dict[str, dict[str, float]]:
+    return {
+        cid: {f"client.{k}": v for k, v in list(o.metrics.items())[:MAX_CLIENT_METRICS]}
+        for cid, o in r.outcomes.items()
+        if o.status == "succeeded" and o.metrics
+    }
+
+
+def dropped_events(r: RoundState) -> list[EventRow]:
+    return [
+        EventRow(
+            "client_dropped",
+            f"client {r.assignments[cid].name!r} sent no update in round {r.number}",
+            "warning",
+            r.number,
+            cid,
+        )
+        for cid, o in r.outcomes.items()
+        if o.status in ("selected", "downloaded")
+    ]
+
+
+class RoundCloser:
+    def __init__(self, ctx: RunContext, clock: Callable[[], float]) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+        self.clock = clock
+
+    # ---------------------------------------------------------------- success
+    def complete(
+        self, r: RoundState, step: StepResult, saved: dict[str, object]
+    ) -> Completed:
+        ctx, cfg = self.ctx, self.cfg
+        accuracy = loss = None
+        if r.number % cfg.data.eval_every == 0 or r.number == cfg.run.rounds:
+            ev = ctx.evaluator(step.weights)
+            accuracy, loss = ev.accuracy, ev.loss
+        contribution = self._contribution(r, step, saved)
+        privacy = ctx.plan.account(len(r.assignments), r.num_live)
+        path, sha = save_checkpoint(
+            cfg.checkpoints.dir,
+            Checkpoint(
+                run_id=ctx.run_id,
+                round=r.number,
+                model_version=r.number,
+                layout=ctx.layout,
+                weights=step.weights,
+                optimizer_state=ctx.optimizer.state_dict(),
+                aggregator_state=ctx.aggregator.state_dict(),
+                extra=ctx.plan.state(),
+            ),
+        )
+        last = r.number >= cfg.run.rounds
+        close = RoundClose(
+            status="completed",
+            participations=participations(r, step.verdicts),
+            accuracy=accuracy,
+            loss=loss,
+            checkpoint_path=path,
+            checkpoint_sha256=sha,
+            metrics=self._metrics(r, step, privacy, contribution),
+            client_metrics=client_metrics(r),
+            contributions=self._contribution_rows(contribution),
+            events=tuple(self._events(r, step, accuracy, loss, contribution, last)),
+            ledger=self._ledger(contribution),
+            run_status="completed" if last else None,
+        )
+        try:
+            ctx.recorder.close_round(r.number, close)
+        except Exception:
+            if ctx.contribution is not None:
+                ctx.contribution.discard()
+            raise
+        if ctx.contribution is not None and contribution is not None:
+            ctx.contribution.committed(contribution.pending)
+        prune_checkpoints(
+            cfg.checkpoints.dir, ctx.run_id, cfg.checkpoints.keep_last, protect={path}
+        )
+        ctx.state.weights = step.weights
+        ctx.state.model_version = r.number
+        ctx.state.finished = last
+        msg = f"round {r.number} completed with {len(step.accepted)} updates"
+        if accuracy is not None:
+            msg += f"; accuracy {accuracy:.4f}, loss {loss:.4f}"
+        log.info(msg)
+        return Completed(accuracy, loss, last)
+
+    def _metrics(
+        self,
+        r: RoundState,
+        step: StepResult,
+        privacy: dict[str, float],
+        contribution: RoundContribution | None,
+    ) -> dict[str, float]:
+        outcomes = [r.outcomes[a.client_id] for a in step.accepted]
+        sent = sum(o.bytes_up for o in outcomes)
+        m = {
+            "round_seconds": self.clock() - r.opened_at,
+            "num_updates": float(len(step.accepted)),
+            "update_norm": float(step.aggregate.norm()),
+            "server_lr": self.ctx.optimizer.lr_at(r.number),
+            **privacy,
+        }
+        if sent > 0:
+            # Dense float32 bytes of the same updates over every byte sent.
+            m["compression.ratio"] = 4.0 * self.ctx.layout.numel * len(outcomes) / sent
+            m["uplink_bytes"] = float(sent)
+        losses = [o.train_loss for o in outcomes if o.train_loss is not None]
+        if losses:
+            m["train_loss"] = sum(losses) / len(losses)
+        if contribution is not None:
+            m.update(contribution.pending.metrics)
+        return m
+
+    def _events(
+        self,
+        r: RoundState,
+        step: StepResult,
+        accuracy: float | None,
+        loss: float | None,
+        contribution: RoundContribution | None,
+        last: bool,
+    ) -> list[EventRow]:
+        msg = f"round {r.number} completed with {len(step.accepted)} updates"
+        if accuracy is not None:
+            msg += f"; accuracy {accuracy:.4f}, loss {loss:.4f}"
+        events = dropped_events(r)
+        if contribution is not None:
+            names = {a.client_id: a.name for a in r.assignments.values()}
+            events += [
+                EventRow(
+                    "contribution_flag",
+                    f"client {names[c.client_id]!r} flagged in round "
+                    f"{r.number}: {', '.join(c.flags)}",
+                    "warning",
+                    r.number,
+                    c.client_id,
+                    {"flags": list(c.flags), "scores": c.scores},
+                )
+                for c in contribution.suspects
+            ]
+        events.append(EventRow("round_completed", msg, "info", r.number))
+        if last:
+            events.append(
+                EventRow("run_completed", f"run {self.cfg.run.name!r} completed")
+            )
+        return events
+
+    # ---------------------------------------------------------------- contribution
+    def _contribution(
+        self, r: RoundState, step: StepResult, saved: dict[str, object]
+    ) -> RoundContribution | None:
+        acc, utility, ctx = self.ctx.contribution, self.ctx.utility, self.ctx
+        if acc is None or step.stack is None or utility is None:
+            return None
+        global_before = ctx.state.weights
+        opt_before = saved["optimizer"]
+
+        def subset_global(u: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+            # The model a subset would have produced, from the pre-round
+            # optimizer state: no side effects on the real optimizer.
+            opt = ServerOptimizer(self.cfg.server_optimizer, self.cfg.run.rounds)
+            opt.load_state_dict(opt_before)  # type: ignore[arg-type]
+            agg = FedAvg()(u, w).aggregate.to(torch.float32)
+            return opt.step(global_before, agg, r.number)
+
+        decisions = step.result.decisions if step.result is not None else []
+        try:
+            return acc.on_round(
+                r.number,
+                [a.client_id for a in step.accepted],
+                step.stack,
+                step.row_weights,
+                global_before,
+                subset_global,
+                utility,
+                decisions,
+                None,
+                None,
+                aggregate=step.aggregate,
+            )
+        except ContributionError as exc:
+            log.warning("round %d: no contribution accounting: %s", r.number, exc)
+            return None
+
+    @staticmethod
+    def _contribution_rows(c: RoundContribution | None) -> tuple[ContributionRow, ...]:
+        if c is None:
+            return ()
+        return tuple(
+            ContributionRow(x.client_id, x.credit, dict(x.scores), x.suspect, x.flags)
+            for x in c.clients
+        )
+
+    @staticmethod
+    def _ledger(c: RoundContribution | None):  # type: ignore[no-untyped-def]
+        if c is None or c.pending.head is None:
+            return None
+        return (c.pending.entries, c.pending.head)
+
+    # ---------------------------------------------------------------- failure
+    def fail(self, r: RoundState, reason: str, *, final: bool) -> None:
+        """An attempt without quorum (or a failed aggregation)."""
+        ctx = self.ctx
+        if self.ctx.plan.mode == "local" and any(
+            o.status == "succeeded" for o in r.outcomes.values()
+        ):
+            # Under local DP every upload is a noised release whether or not the
+            # round completes: the accountant counts it.
+            released = ctx.plan.account(len(r.assignments), r.num_live)
+            ctx.store.add_metrics(ctx.run_id, released, round_number=r.number)
+        statuses = {r.assignments[c].name: o.status for c, o in r.outcomes.items()}
+        if not final:
+            ctx.recorder.event(
+                "round_attempt_failed",
+                f"round {r.number} attempt {r.attempt} failed: {reason}; retrying "
+                "with a fresh selection",
+                level="warning",
+                round_number=r.number,
+                details={"statuses": dict(list(statuses.items())[:50])},
+            )
+            log.warning("round %d attempt %d failed: %s", r.number, r.attempt, reason)
+            return
+        msg = (
+            f"round {r.number} failed {self.cfg.deadlines.max_round_attempts} "
+            f"times: {reason}"
+        )
+        ctx.recorder.close_round(
+            r.number,
+            RoundClose(
+                status="failed",
+                participations=participations(r, {}),
+                reason=msg,
+                events=(
+                    *dropped_events(r),
+                    EventRow(
+                        "round_failed",
+                        f"round {r.number}: {reason}",
+                        "warning",
+                        r.number,
+                    ),
+                    EventRow("run_failed", msg, "error", r.number),
+                ),
+                run_status="failed",
+            ),
+        )
+        log.error("run failed: %s", msg)
+
+    def give_up(self, reason: str) -> None:
+        """The run fails without a round to close (e.g. no clients came)."""
+        ctx = self.ctx
+        ctx.recorder.event("run_failed", reason, level="error")
+        ctx.recorder.flush()
+        ctx.state.record = ctx.store.update_run(
+            ctx.run_id, status="failed", reason=reason, finished_at=now_utc()
+        )
+        log.error("run failed: %s", reason)
+
+
+__all__ = ["Completed", "RoundCloser", "participations"]

@@ -1,0 +1,159 @@
+"""What the parts of a running coordinator share: one run's components and state.
+
+:func:`build_context` turns a validated config into the run's pieces (model
+layout, rule, server optimizer, uplink plan, evaluator, contribution accountant,
+recorder) and opens or resumes the run in the store (:mod:`fedplat.server.runstate`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from fedplat.aggregators import AggregationError, Aggregator, build_aggregator
+from fedplat.server.config import ConfigError, RunConfig
+from fedplat.server.evaluation import Evaluator, build_model
+from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.recorder import Recorder
+from fedplat.server.runstate import RunState, open_run
+
+from fedplat.contribution import (
+    ContributionAccountant,
+    load_or_create_signing_key,
+    make_utility_from_accuracy,
+)
+from fedplat.contribution.utility import UtilityFn
+from fedplat.store import Store
+from fedplat.transport.messages import ModelPayload
+from fedplat.uplink.server import UplinkPlan
+from fedplat.vectors import Layout, flatten, layout_of
+
+
+class ModelCache:
+    """The global model encoded once per version, shared by every download."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self._lock = threading.Lock()
+        self._payload: ModelPayload | None = None
+        self._tensor: torch.Tensor | None = None
+
+    def prepare(self, state: RunState) -> ModelPayload:
+        with self._lock:
+            p = self._payload
+            if p is not None and p.model_version == state.model_version:
+                return p
+            w = state.weights.detach().to(torch.float32).contiguous()
+            # The bytes are the tensor's memory (no copy); keep the tensor alive.
+            data = w.numpy().view(np.uint8).data
+            self._tensor = w
+            self._payload = ModelPayload(
+                model_version=state.model_version,
+                round=state.model_version,
+                layout=self.layout,
+                data=data,
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+            return self._payload
+
+    def current(self) -> ModelPayload:
+        assert self._payload is not None, "prepare() first"
+        return self._payload
+
+
+@dataclass
+class RunContext:
+    cfg: RunConfig
+    store: Store
+    layout: Layout
+    state: RunState
+    aggregator: Aggregator
+    optimizer: ServerOptimizer
+    plan: UplinkPlan
+    evaluator: Evaluator
+    recorder: Recorder
+    model: ModelCache
+    contribution: ContributionAccountant | None = None
+    utility: UtilityFn | None = None
+    clock: Callable[[], float] = field(default=time.time)
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    def save_mutable_state(self) -> dict[str, object]:
+        """What an aggregation step mutates, to undo a step that failed."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "aggregator": self.aggregator.state_dict(),
+        }
+
+    def restore_mutable_state(self, saved: dict[str, object]) -> None:
+        self.optimizer.load_state_dict(saved["optimizer"])  # type: ignore[arg-type]
+        self.aggregator.load_state_dict(saved["aggregator"])  # type: ignore[arg-type]
+
+
+def _aggregator(cfg: RunConfig) -> Aggregator:
+    a = cfg.aggregator
+    try:
+        return build_aggregator(
+            a.name,
+            dict(a.params),
+            [{"name": p.name, "params": dict(p.params)} for p in a.pre],
+        )
+    except (AggregationError, ValueError) as exc:
+        raise ConfigError(f"aggregator: {exc}") from exc
+
+
+def build_context(
+    cfg: RunConfig,
+    store: Store,
+    *,
+    evaluator: Evaluator | None = None,
+    clock: Callable[[], float] = time.time,
+) -> RunContext:
+    """The run's components, and the run opened or resumed in ``store``."""
+    aggregator = _aggregator(cfg)
+    model = build_model(cfg)
+    layout = layout_of(model)
+    optimizer = ServerOptimizer(cfg.server_optimizer, cfg.run.rounds)
+    plan = UplinkPlan(cfg, layout)
+    evaluator = (
+        evaluator if evaluator is not None else Evaluator.from_config(cfg, model)
+    )
+    state = open_run(
+        cfg,
+        store,
+        layout,
+        flatten(model, layout),
+        optimizer=optimizer,
+        aggregator=aggregator,
+        plan=plan,
+    )
+    ctx = RunContext(
+        cfg,
+        store,
+        layout,
+        state,
+        aggregator,
+        optimizer,
+        plan,
+        evaluator,
+        Recorder(store, state.run_id),
+        ModelCache(layout),
+        clock=clock,
+    )
+    c = cfg.contribution
+    if c.enabled:
+        key = load_or_create_signing_key(c.key_path) if c.key_path else None
+        ctx.contribution = ContributionAccountant(c, store, state.run_id, key)
+        ctx.utility = make_utility_from_accuracy(evaluator)
+    return ctx
+
+
+__all__ = ["ModelCache", "RunContext", "build_context"]

@@ -1,0 +1,309 @@
+"""The coordinator of one run: its parts wired together, and the client API.
+
+Parts with one job each (docs/architecture.md):
+
+- :class:`~fedplat.server.registry.ClientRegistry`: admission, identities,
+  sessions, liveness;
+- :class:`~fedplat.server.board.TaskBoard`: the open round's tasks, waiting;
+- :class:`~fedplat.server.driver.RoundDriver`: the only loop (select, deadline,
+  quorum, close);
+- :class:`~fedplat.server.intake.Intake`: one upload, checked and decoded into
+  its row;
+- :mod:`~fedplat.server.aggregation`: the pure aggregation step;
+- :class:`~fedplat.server.recorder.Recorder`: every store write.
+
+:class:`Coordinator` exposes the client-facing calls transport-neutrally (the
+in-memory transport calls them directly; the gRPC servicer uses the same parts,
+streaming). Domain errors (:mod:`fedplat.transport.errors`) carry the reason a
+client sees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from fedplat.server.board import RoundState, TaskBoard
+from fedplat.server.config import RunConfig
+from fedplat.server.context import RunContext, build_context
+from fedplat.server.driver import RoundDriver, RoundOutcome
+from fedplat.server.evaluation import Evaluator
+from fedplat.server.intake import Intake, Upload
+from fedplat.server.registry import ClientRegistry, ClientState, PeerIdentity, Rejection
+
+from fedplat.proto import streams
+from fedplat.store import Store
+from fedplat.transport.errors import FedplatError, PermissionDenied, StaleUpdate
+from fedplat.transport.messages import (
+    Challenge,
+    Enrollment,
+    EnrollRequest,
+    ModelPayload,
+    Task,
+    TaskKind,
+    UpdateHeader,
+    UploadAck,
+)
+
+#: Client metric reports kept per client (one per task it took part in).
+MAX_REPORTS_REMEMBERED = 10_000
+
+
+class Coordinator:
+    """One run's coordinator (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        store: Store,
+        *,
+        evaluator: Evaluator | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.clock = clock
+        self.ctx: RunContext = build_context(
+            cfg, store, evaluator=evaluator, clock=clock
+        )
+        rec = self.ctx.recorder
+        self.registry = ClientRegistry(
+            cfg,
+            store,
+            self.ctx.run_id,
+            self.ctx.layout,
+            clock=clock,
+            on_reject=rec.rejection,
+            on_enrol=self._enrolled,
+        )
+        self.board = TaskBoard()
+        self.board.finished = self.ctx.state.finished
+        self.intake = Intake(
+            cfg,
+            self.ctx.run_id,
+            self.ctx.layout,
+            self.ctx.plan,
+            self.registry,
+            self.board,
+            rec.rejection,
+            clock,
+        )
+        self.driver = RoundDriver(
+            self.ctx, self.registry, self.board, self.intake, clock
+        )
+        rec.status = lambda: (self.driver.phase, len(self.registry.live()))
+        self._reported: set[str] = set()
+        if cfg.admission_mode == "open":
+            rec.event(
+                "admission_open",
+                "admission is OPEN: anyone who reaches the port can enrol "
+                f"(capped at {cfg.admission.max_clients} clients)",
+                level="warning",
+            )
+
+    # ---------------------------------------------------------------- state
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    @property
+    def layout(self):  # type: ignore[no-untyped-def]
+        return self.ctx.layout
+
+    @property
+    def finished(self) -> bool:
+        return self.board.finished
+
+    @property
+    def completed_rounds(self) -> int:
+        return self.ctx.state.model_version
+
+    @property
+    def model_version(self) -> int:
+        return self.ctx.state.model_version
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """The current global model ``[d]``."""
+        return self.ctx.state.weights
+
+    @property
+    def run_record(self):  # type: ignore[no-untyped-def]
+        return self.store.get_run(self.run_id) or self.ctx.state.record
+
+    def _enrolled(self, c: ClientState) -> None:
+        self.ctx.recorder.event(
+            "client_enrolled", f"client {c.name!r} enrolled", client_id=c.client_id
+        )
+        self.board.signal.notify()  # the driver may be waiting for live clients
+
+    def reject(self, kind: str, reason: str, client_id: str | None = None) -> None:
+        """A refusal seen by a transport (bad stream framing, parse errors)."""
+        self.ctx.recorder.rejection(Rejection(kind, reason, client_id))
+
+    # ---------------------------------------------------------------- enrolment
+    def challenge(self, client_id: str = "") -> Challenge:
+        return self.registry.challenge(client_id)
+
+    def enroll(
+        self, req: EnrollRequest, peer: PeerIdentity | None = None
+    ) -> Enrollment:
+        return self.registry.enroll(req, peer or PeerIdentity())
+
+    def authenticate(self, client_id: str, token: str) -> ClientState:
+        c = self.registry.authenticate(client_id, token)
+        self.ctx.recorder.seen(client_id)
+        return c
+
+    # ---------------------------------------------------------------- tasks
+    def task_for(self, c: ClientState) -> Task | None:
+        """The caller's task now (TRAIN or FINISHED), or None to wait."""
+        if self.board.finished:
+            return Task(kind=TaskKind.FINISHED, run_id=self.run_id)
+        found = self.board.assignment(c.client_id)
+        if found is None:
+            return None
+        r, a = found
+        return Task(
+            kind=TaskKind.TRAIN,
+            run_id=self.run_id,
+            round=r.number,
+            task_id=a.task_id,
+            model_version=r.model_version,
+            deadline_unix=r.deadline,
+            config=self.ctx.plan.task_config(a.seed),
+            nonce=a.nonce,
+        )
+
+    def wait_task(self) -> Task:
+        return Task(kind=TaskKind.WAIT, run_id=self.run_id)
+
+    def get_task(self, client_id: str, token: str, wait_seconds: float = 0.0) -> Task:
+        c = self.authenticate(client_id, token)
+        wait = max(0.0, min(wait_seconds, self.cfg.server.long_poll_seconds))
+        end = time.monotonic() + wait
+        while True:
+            gen = self.board.signal.gen
+            task = self.task_for(c)
+            if task is not None:
+                return task
+            left = end - time.monotonic()
+            if left <= 0:
+                return self.wait_task()
+            self.board.signal.wait(gen, min(left, 1.0))
+            self.registry.touch(c)
+
+    # ---------------------------------------------------------------- download
+    def begin_download(
+        self, c: ClientState, task_id: str
+    ) -> tuple[ModelPayload, Callable[[int], None]]:
+        """The model for the caller's open task, and a callback recording how
+        many bytes the transport sent."""
+        found = self.board.assignment(c.client_id)
+        if found is None or found[1].task_id != task_id:
+            owner = self.board.task_round(c.client_id, task_id)
+            if owner is None and found is None:
+                self.reject(
+                    "foreign_download",
+                    "download for a task that is not the caller's open task",
+                    c.client_id,
+                )
+            raise StaleUpdate(f"task {task_id!r} is not an open task of this client")
+        r, a = found
+        payload = self.ctx.model.current()
+        with self.board.lock:
+            o = r.outcomes[a.client_id]
+            if o.status == "selected":
+                o.status = "downloaded"
+            if o.downloaded_at is None:
+                o.downloaded_at = self.clock()
+
+        def sent(nbytes: int) -> None:
+            with self.board.lock:
+                if self.board.round is r:
+                    o.bytes_down += nbytes
+
+        return payload, sent
+
+    def download_model(self, client_id: str, token: str, task_id: str) -> ModelPayload:
+        c = self.authenticate(client_id, token)
+        with self.registry.slot(c, "download"):
+            payload, sent = self.begin_download(c, task_id)
+            sent(streams.model_wire_bytes(payload, self.cfg.server.chunk_bytes))
+            return payload
+
+    # ---------------------------------------------------------------- upload
+    def begin_upload(self, c: ClientState, header: UpdateHeader) -> Upload:
+        return self.intake.begin(c, header)
+
+    def upload_update(
+        self, client_id: str, token: str, header: UpdateHeader, data: bytes
+    ) -> UploadAck:
+        """A whole upload at once (in-memory transport)."""
+        c = self.authenticate(client_id, token)
+        chunk = self.cfg.server.chunk_bytes
+        with self.registry.slot(c, "upload"):
+            if len(data) != header.total_bytes:
+                raise StaleUpdate("declared size differs from the data")
+            up = self.begin_upload(c, header)
+            up.wire_bytes = streams.update_wire_bytes(header, len(data), chunk)
+            try:
+                view = memoryview(data)
+                for start in range(0, len(view), chunk):
+                    up.write(view[start : start + chunk])
+                return up.finish()
+            except FedplatError as exc:
+                up.fail(exc)
+                raise
+
+    # ---------------------------------------------------------------- metrics
+    def report_metrics(
+        self,
+        client_id: str,
+        token: str,
+        task_id: str,
+        round_number: int,
+        metrics: dict[str, float],
+    ) -> None:
+        c = self.authenticate(client_id, token)
+        number = self.board.task_round(c.client_id, task_id)
+        if number is None or number != round_number:
+            self.reject(
+                "metrics_refused",
+                "metrics for a round the client did not take part in",
+                client_id,
+            )
+            raise PermissionDenied(
+                "metrics may only be reported for a round the "
+                "client took part in (its own task)"
+            )
+        if task_id in self._reported:
+            raise StaleUpdate("metrics for this task were already reported")
+        if len(self._reported) >= MAX_REPORTS_REMEMBERED:
+            self._reported.clear()
+        self._reported.add(task_id)
+        if metrics:
+            self.store.add_metrics(
+                self.run_id,
+                {f"client.{k}": v for k, v in metrics.items()},
+                round_number=number,
+                client_id=client_id,
+            )
+
+    # ---------------------------------------------------------------- rounds
+    def open_round(self) -> int:
+        return self.driver.open_round()
+
+    def close_round(self) -> RoundOutcome:
+        return self.driver.close_round()
+
+    @property
+    def current_round(self) -> RoundState | None:
+        return self.board.round
+
+    def live_clients(self) -> list[str]:
+        return [c.client_id for c in self.registry.live()]
+
+
+__all__ = ["Coordinator", "RoundOutcome"]

@@ -1,0 +1,304 @@
+"""The round driver: the coordinator's only loop.
+
+Select clients among the live ones, publish their tasks, wait for updates until
+everyone answered or the deadline passed, then close: with quorum, aggregate
+(:mod:`fedplat.server.aggregation`), evaluate, account contributions, checkpoint
+and write the round once (:class:`fedplat.server.recorder.Recorder`); without it,
+retry the round with a fresh selection (the round stays open in the store) up to
+``deadlines.max_round_attempts``, then fail the run with the reason stored.
+
+Round ``r`` trains on model version ``r - 1``; completing it produces version ``r``.
+The same driver runs under the gRPC server (its own thread, :meth:`RoundDriver.run`)
+and in the simulator (step by step, on a virtual clock).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from fedplat.server.accumulator import RowStack, RunningSum
+from fedplat.server.aggregation import StepResult, aggregate_round, needs_rows
+from fedplat.server.board import Assignment, RoundState, TaskBoard
+from fedplat.server.closing import RoundCloser
+from fedplat.server.context import RunContext
+from fedplat.server.intake import Intake
+from fedplat.server.registry import ClientRegistry
+
+from fedplat.compression import derive_seed
+
+log = logging.getLogger("fedplat.server")
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What :meth:`RoundDriver.close_round` did."""
+
+    number: int
+    completed: bool
+    num_selected: int
+    num_succeeded: int
+    accuracy: float | None = None
+    loss: float | None = None
+    reason: str | None = None
+
+
+class RoundDriver:
+    """Drives the rounds of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        parts: RunContext,
+        registry: ClientRegistry,
+        board: TaskBoard,
+        intake: Intake,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.p = parts
+        self.cfg = parts.cfg
+        self.registry = registry
+        self.board = board
+        self.intake = intake
+        self.clock = clock
+        self.closer = RoundCloser(parts, clock)
+        self.attempt = 1
+        self.phase = "starting"
+
+    @property
+    def finished(self) -> bool:
+        return self.board.finished
+
+    # ---------------------------------------------------------------- waiting
+    def wait_for_clients(self, stop: threading.Event, timeout: float | None) -> bool:
+        """Block until ``min_available`` clients are live; False on stop/timeout."""
+        need = self.cfg.selection.min_available
+        end = None if timeout is None else time.monotonic() + timeout
+        logged = False
+        self.phase = "waiting_for_clients"
+        while not stop.is_set():
+            self.revocations()
+            live = len(self.registry.live())
+            if live >= need:
+                return True
+            if not logged:
+                log.info("waiting for clients: %d/%d live", live, need)
+                logged = True
+            if end is not None and time.monotonic() >= end:
+                return False
+            gen = self.board.signal.gen
+            self.board.signal.wait(gen, 0.5)
+        return False
+
+    def revocations(self) -> None:
+        for cid in self.registry.refresh_revocations():
+            self.p.recorder.event(
+                "client_revoked",
+                "client revoked by the operator",
+                level="warning",
+                client_id=cid,
+            )
+
+    # ---------------------------------------------------------------- open
+    def open_round(self) -> int:
+        """Select clients and publish their tasks; returns the round number."""
+        if self.finished:
+            raise RuntimeError("run is finished")
+        number = self.p.state.model_version + 1
+        live = self.registry.live()
+        k = self.cfg.clients_this_round(len(live))
+        rng = random.Random(f"{self.cfg.run.seed}:{number}:{self.attempt}")
+        chosen = sorted(rng.sample(live, k), key=lambda c: c.seq) if k else []
+        if not chosen:
+            raise RuntimeError("no live clients to select")
+        assignments = {
+            c.client_id: Assignment(
+                c.client_id,
+                c.name,
+                secrets.token_hex(8),
+                secrets.token_bytes(16),
+                row,
+                derive_seed(self.cfg.run.seed % (1 << 64), number, "train", c.name)
+                % (1 << 63),
+            )
+            for row, c in enumerate(chosen)
+        }
+        d = self.p.layout.numel
+        rows = needs_rows(
+            self.p.aggregator,
+            bool(self.cfg.aggregator.pre),
+            self.p.contribution is not None,
+        )
+        acc = RowStack(len(chosen), d) if rows else RunningSum(d)
+        now = self.clock()
+        deadline = now + self.cfg.deadlines.round_seconds
+        state = RoundState(
+            number,
+            self.attempt,
+            now,
+            deadline,
+            self.p.state.model_version,
+            assignments,
+            acc,
+            len(live),
+        )
+        self._mark_running()
+        self.p.store.open_round(
+            self.p.run_id,
+            number,
+            num_selected=len(chosen),
+            deadline_at=datetime.fromtimestamp(deadline, UTC),
+            model_version=self.p.state.model_version,
+        )
+        self.p.model.prepare(self.p.state)
+        self.board.publish(state)
+        self.phase = "training"
+        self.p.recorder.event(
+            "round_opened",
+            f"round {number} (attempt {self.attempt}): {len(chosen)} of {len(live)} "
+            "live clients selected",
+            round_number=number,
+        )
+        log.info("round %d opened: %d clients selected", number, len(chosen))
+        return number
+
+    def _mark_running(self) -> None:
+        rec = self.p.state.record
+        if rec.status in ("pending", "completed") or rec.started_at is None:
+            self.p.state.record = self.p.store.update_run(
+                self.p.run_id,
+                status="running",
+                started_at=rec.started_at or datetime.now(UTC),
+            )
+        elif rec.status != "running":
+            self.p.state.record = self.p.store.update_run(
+                self.p.run_id, status="running"
+            )
+
+    # ---------------------------------------------------------------- wait
+    def round_done(self, r: RoundState) -> bool:
+        now = self.clock()
+        with self.board.lock:
+            answered = len(r.answered)
+            ok = sum(o.status == "succeeded" for o in r.outcomes.values())
+        if now >= r.deadline or answered >= len(r.assignments):
+            return True
+        extra = self.cfg.deadlines.close_after_quorum_seconds
+        return (
+            extra is not None
+            and ok >= self.cfg.selection.quorum
+            and now - r.opened_at >= extra
+        )
+
+    def wait_round(self, stop: threading.Event | None = None) -> None:
+        """Block until every selected client answered, or the deadline passed."""
+        r = self.board.round
+        if r is None:
+            return
+        while not self.round_done(r) and not (stop is not None and stop.is_set()):
+            gen = self.board.signal.gen
+            self.board.signal.wait(gen, max(0.01, min(0.5, r.deadline - self.clock())))
+
+    # ---------------------------------------------------------------- close
+    def close_round(self) -> RoundOutcome:
+        """Take the round off the board, aggregate if quorum, record it once."""
+        r = self.board.close()
+        self.intake.seal(r)  # no writer touches the rows from here on
+        self.phase = "aggregating"
+        try:
+            outcome = self._close(r)
+        finally:
+            r.accumulator.free()
+        if self.finished:
+            self.board.finish()
+        return outcome
+
+    def _close(self, r: RoundState) -> RoundOutcome:
+        ok = [cid for cid, o in r.outcomes.items() if o.status == "succeeded"]
+        quorum = self.cfg.selection.quorum
+        if len(ok) < quorum:
+            return self._fail(
+                r, f"quorum not reached: {len(ok)} updates, {quorum} needed"
+            )
+        clipped = {cid for cid, o in r.outcomes.items() if o.clipped}
+        saved = self.p.save_mutable_state()
+        try:
+            step = aggregate_round(
+                r.accumulator,
+                aggregator=self.p.aggregator,
+                weighted=self.cfg.aggregator.is_weighted,
+                plan=self.p.plan,
+                optimizer=self.p.optimizer,
+                global_weights=self.p.state.weights,
+                round_number=r.number,
+                clipped=clipped,
+            )
+        except Exception as exc:  # AggregationError and rule bugs alike
+            self.p.restore_mutable_state(saved)
+            log.warning("round %d: aggregation failed: %s", r.number, exc)
+            return self._fail(r, f"aggregation failed: {exc}")
+        return self._complete(r, step, saved)
+
+    def _complete(
+        self, r: RoundState, step: StepResult, saved: dict[str, object]
+    ) -> RoundOutcome:
+        try:
+            done = self.closer.complete(r, step, saved)
+        except Exception:
+            # Nothing of the round reached the store: restore and stop the run.
+            self.p.restore_mutable_state(saved)
+            raise
+        self.attempt = 1
+        if done.run_finished:
+            self.board.finished = True
+        self.phase = "training"
+        return RoundOutcome(
+            r.number,
+            True,
+            len(r.assignments),
+            len(step.accepted),
+            done.accuracy,
+            done.loss,
+        )
+
+    def _fail(self, r: RoundState, reason: str) -> RoundOutcome:
+        final = self.attempt >= self.cfg.deadlines.max_round_attempts
+        self.closer.fail(r, reason, final=final)
+        if final:
+            self.board.finished = True
+        else:
+            self.attempt += 1
+        ok = sum(o.status == "succeeded" for o in r.outcomes.values())
+        return RoundOutcome(r.number, False, len(r.assignments), ok, reason=reason)
+
+    # ---------------------------------------------------------------- loop
+    def run(self, stop: threading.Event) -> None:
+        """Drive rounds until the run finishes or ``stop`` is set."""
+        wait = self.cfg.deadlines.wait_for_clients_seconds
+        while not stop.is_set() and not self.finished:
+            if not self.wait_for_clients(stop, wait):
+                if not stop.is_set():
+                    self.closer.give_up(
+                        f"fewer than {self.cfg.selection.min_available} clients live "
+                        f"for {wait:.0f} s"
+                    )
+                    self.board.finish()
+                break
+            self.open_round()
+            self.wait_round(stop)
+            if stop.is_set():
+                # Shutting down mid-round: it stays open in the store; a restart
+                # re-runs it from the last checkpoint.
+                self.board.close()
+                break
+            self.close_round()
+        self.phase = "stopped"
+        self.board.signal.notify()
+
+
+__all__ = ["RoundDriver", "RoundOutcome"]

@@ -1,0 +1,371 @@
+"""Intake: one upload, checked before its body is read, decoded into its row.
+
+:meth:`Intake.begin` takes an authenticated client and the upload's header and
+refuses, before a byte of the body is read: a task that is not this client's open
+task (another client's, a closed round's, a replay), a second upload, a late one,
+a wrong layout or encoding, more bytes than the run's payload can have, a zero
+weight for a weighted rule, and a signature that does not verify with the
+client's registered key over (run, round, task, the task's nonce, payload
+SHA-256, examples, encoding). Refusals up to the signature check leave the task
+open (a stolen session cannot burn a client's round); after it, the update is
+the key holder's, and its failures are recorded as the client's.
+
+:class:`Upload` then hashes each piece as it arrives and decodes it straight into
+the client's row (:mod:`fedplat.uplink.decode`); :meth:`Upload.finish` checks the
+digest, finiteness and magnitude, clips for central DP and hands the row to the
+round's accumulator. Everything refused becomes a (rate-limited) event; nothing
+touches the store until the round closes. No gRPC here: the same code serves the
+gRPC servicer and the in-memory transport.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from fedplat.server.accumulator import Accepted
+from fedplat.server.board import Assignment, RoundState, TaskBoard
+from fedplat.server.config import RunConfig
+from fedplat.server.registry import ClientRegistry, ClientState, Rejection
+
+from fedplat.compression.wire import PayloadError
+from fedplat.security.identity import UPDATE, verify
+from fedplat.transport.errors import (
+    DuplicateUpdate,
+    FedplatError,
+    InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
+    StaleUpdate,
+)
+from fedplat.transport.messages import (
+    PAYLOAD_V1,
+    UpdateHeader,
+    UploadAck,
+    update_statement,
+)
+from fedplat.uplink.decode import PayloadSink, max_payload_bytes
+from fedplat.uplink.server import UplinkPlan
+from fedplat.vectors import Layout, all_finite, count_nonfinite
+
+
+@dataclass
+class _Gate:
+    """Counts writers into a round's rows, so closing waits for them."""
+
+    cond: threading.Condition
+    closed: bool = False
+    inflight: int = 0
+
+
+class Intake:
+    """Validates and decodes uploads of the open round (see module docstring)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_id: str,
+        layout: Layout,
+        plan: UplinkPlan,
+        registry: ClientRegistry,
+        board: TaskBoard,
+        on_reject: Callable[[Rejection], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.run_id = run_id
+        self.layout = layout
+        self.plan = plan
+        self.registry = registry
+        self.board = board
+        self._reject = on_reject
+        self.clock = clock
+        self.max_bytes = min(
+            cfg.server.max_update_bytes, max_payload_bytes(layout.numel)
+        )
+        self._gates: dict[int, _Gate] = {}
+
+    # -------------------------------------------------------------- round gate
+    def gate(self, r: RoundState) -> _Gate:
+        with self.board.lock:
+            g = self._gates.get(id(r))
+            if g is None:
+                g = self._gates[id(r)] = _Gate(threading.Condition(self.board.lock))
+            return g
+
+    def seal(self, r: RoundState) -> None:
+        """Stop writes into ``r``'s rows and wait for writers in progress."""
+        g = self.gate(r)
+        with g.cond:
+            g.closed = True
+            while g.inflight:
+                g.cond.wait(1.0)
+            self._gates.pop(id(r), None)
+
+    # -------------------------------------------------------------- begin
+    def _refuse(
+        self,
+        exc: FedplatError,
+        kind: str,
+        client: ClientState,
+        round_number: int | None = None,
+    ) -> FedplatError:
+        self._reject(
+            Rejection(
+                kind,
+                exc.reason,
+                client.client_id,
+                {"round": round_number} if round_number else {},
+            )
+        )
+        return exc
+
+    def begin(self, client: ClientState, header: UpdateHeader) -> Upload:
+        """Check an upload's header (see module docstring); open its row."""
+        cid = client.client_id
+        with self.board.lock:
+            r = self.board.round
+            a = r.by_task.get(header.task_id) if r is not None else None
+            if r is None or a is None:
+                closed = self.board.closed_round_of(header.task_id)
+                if closed is not None:
+                    raise self._refuse(
+                        StaleUpdate(
+                            f"round {closed} is closed; task {header.task_id} is over"
+                        ),
+                        "late_update",
+                        client,
+                        closed,
+                    )
+                raise self._refuse(
+                    StaleUpdate(f"task {header.task_id!r} is not an open task"),
+                    "unknown_task",
+                    client,
+                )
+            if a.client_id != cid:
+                raise self._refuse(
+                    PermissionDenied("this task belongs to another client"),
+                    "foreign_task",
+                    client,
+                    r.number,
+                )
+            if cid in r.answered:
+                raise self._refuse(
+                    DuplicateUpdate(
+                        f"an update for task {header.task_id} (round {r.number}) was "
+                        "already received"
+                    ),
+                    "duplicate_update",
+                    client,
+                    r.number,
+                )
+            if header.round != r.number:
+                raise self._refuse(
+                    StaleUpdate(
+                        f"update is for round {header.round}, open round is {r.number}"
+                    ),
+                    "wrong_round",
+                    client,
+                    r.number,
+                )
+        self._check_header(client, header, r, a)
+        if self.clock() > r.deadline:
+            self._settle(r, a, "late", f"round {r.number} deadline passed")
+            raise self._refuse(
+                StaleUpdate(f"round {r.number} deadline passed"),
+                "late_update",
+                client,
+                r.number,
+            )
+        try:
+            row = r.accumulator.acquire(a.row)
+            sink = PayloadSink(
+                row,
+                header.total_bytes,
+                self.plan.decode,
+                seed=self.plan.seed,
+                round=r.number,
+            )
+        except PayloadError as exc:
+            self._settle(r, a, "rejected", str(exc))
+            raise self._refuse(
+                InvalidArgument(str(exc)), "update_rejected", client, r.number
+            ) from None
+        return Upload(self, r, a, client, header, sink, row)
+
+    def _check_header(
+        self, client: ClientState, header: UpdateHeader, r: RoundState, a: Assignment
+    ) -> None:
+        """Checks that leave the task open (the header is not yet attributed)."""
+        if header.encoding != PAYLOAD_V1:
+            raise self._refuse(
+                InvalidArgument(
+                    f"unknown encoding {header.encoding!r}; expected {PAYLOAD_V1}"
+                ),
+                "update_rejected",
+                client,
+                r.number,
+            )
+        if header.layout != self.layout:
+            raise self._refuse(
+                InvalidArgument(
+                    "update layout does not match the model: "
+                    f"{self.layout.describe_mismatch(header.layout)}"
+                ),
+                "update_rejected",
+                client,
+                r.number,
+            )
+        if header.total_bytes > self.max_bytes:
+            raise self._refuse(
+                ResourceExhausted(
+                    f"update of {header.total_bytes} bytes exceeds the limit of "
+                    f"{self.max_bytes} bytes"
+                ),
+                "update_oversize",
+                client,
+                r.number,
+            )
+        if header.num_examples < 1 and self.cfg.aggregator.is_weighted:
+            raise self._refuse(
+                InvalidArgument("num_examples must be >= 1 for a weighted aggregator"),
+                "update_rejected",
+                client,
+                r.number,
+            )
+        fields = update_statement(self.run_id, header, a.nonce)
+        if not verify(client.public_key, header.signature, UPDATE, *fields):
+            raise self._refuse(
+                PermissionDenied(
+                    "update signature does not verify with the client's key"
+                ),
+                "bad_signature",
+                client,
+                r.number,
+            )
+
+    def _settle(
+        self,
+        r: RoundState,
+        a: Assignment,
+        status: str,
+        reason: str,
+        wire_bytes: int = 0,
+    ) -> None:
+        """Record a final, attributable failure of the client's round."""
+        with self.board.lock:
+            if self.board.round is not r or a.client_id in r.answered:
+                return
+            o = r.outcomes[a.client_id]
+            o.status, o.reason = status, reason
+            o.bytes_up += wire_bytes
+            r.answered.add(a.client_id)
+        self.board.signal.notify()
+
+
+class Upload:
+    """One upload in progress (created by :meth:`Intake.begin`)."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        r: RoundState,
+        a: Assignment,
+        client: ClientState,
+        header: UpdateHeader,
+        sink: PayloadSink,
+        row: torch.Tensor,
+    ) -> None:
+        self.intake, self.r, self.a, self.client = intake, r, a, client
+        self.header, self.sink, self.row = header, sink, row
+        self._hash = hashlib.sha256()
+        self.wire_bytes = 0  # every byte of the messages, set by the transport
+        self._done = False
+
+    def write(self, data: memoryview | bytes) -> None:
+        g = self.intake.gate(self.r)
+        with g.cond:
+            if g.closed:
+                raise StaleUpdate(f"round {self.r.number} closed during the upload")
+            g.inflight += 1
+        try:
+            self._hash.update(data)
+            self.sink.write(data)
+        except PayloadError as exc:
+            raise InvalidArgument(f"bad payload: {exc}") from None
+        finally:
+            with g.cond:
+                g.inflight -= 1
+                g.cond.notify_all()
+
+    def finish(self) -> UploadAck:
+        """Check and accept the update (or raise with the reason)."""
+        h, r, a = self.header, self.r, self.a
+        if self._hash.hexdigest() != h.sha256:
+            raise InvalidArgument("update checksum mismatch (corrupted or truncated)")
+        try:
+            vec = self.sink.finish()
+        except PayloadError as exc:
+            raise InvalidArgument(f"bad payload: {exc}") from None
+        if not all_finite(vec):
+            raise InvalidArgument(
+                f"update holds {count_nonfinite(vec)} non-finite values (NaN or Inf)"
+            )
+        norm = float(torch.linalg.vector_norm(vec, dtype=torch.float64))
+        limit = self.intake.cfg.server.max_update_norm
+        if norm > limit:
+            raise InvalidArgument(
+                f"update norm {norm:.3g} exceeds the plausible maximum {limit:.3g}"
+            )
+        clipped = self.intake.plan.clip_row(vec, norm)
+        weight = self.intake.registry.weight(self.client, h.num_examples)
+        intake = self.intake
+        with intake.board.lock:
+            if intake.board.round is not r:
+                raise StaleUpdate(
+                    f"round {r.number} closed while the update was decoded"
+                )
+            if a.client_id in r.answered:
+                raise DuplicateUpdate(
+                    f"an update for round {r.number} was already received"
+                )
+            r.accumulator.commit(Accepted(a.client_id, a.row, float(weight)), vec)
+            o = r.outcomes[a.client_id]
+            now = intake.clock()
+            o.status = "succeeded"
+            o.bytes_up += self.wire_bytes
+            o.num_examples = h.num_examples
+            o.weight = float(weight)
+            o.duration_s = max(0.0, now - (o.downloaded_at or r.opened_at))
+            o.train_loss = h.metrics.get("train_loss")
+            o.metrics = dict(h.metrics)
+            o.clipped = clipped
+            r.answered.add(a.client_id)
+            self._done = True
+        intake.board.signal.notify()
+        return UploadAck(True, f"update for round {r.number} accepted", self.wire_bytes)
+
+    def fail(self, exc: FedplatError) -> None:
+        """Release the row; record the failure as the client's (the header was
+        signed by its key) unless the round moved on."""
+        if self._done:
+            return
+        self.r.accumulator.release(self.a.row, self.row)
+        status = "late" if isinstance(exc, StaleUpdate) else "rejected"
+        if not isinstance(exc, DuplicateUpdate):
+            self.intake._settle(self.r, self.a, status, exc.reason, self.wire_bytes)
+        self.intake._reject(
+            Rejection(
+                "update_rejected",
+                exc.reason,
+                self.client.client_id,
+                {"round": self.r.number},
+            )
+        )
+
+
+__all__ = ["Intake", "Upload"]

@@ -1,0 +1,452 @@
+"""The client registry: admission, identities, sessions, liveness, revocation.
+
+Who may speak, and as whom:
+
+- **Admission** (``admission.mode``): ``tokens`` needs a single-use token from
+  ``fedplat tokens create``; ``mtls`` binds the client to its certificate (one
+  certificate, one client id); ``open`` admits anyone, capped. Every mode caps the
+  number of clients and rate-limits enrolment, and every enrolment starts with a
+  server challenge (:meth:`ClientRegistry.challenge`).
+- **Identity**: a client registers an Ed25519 public key and proves it holds the
+  private key by signing the challenge. Re-enrolling under an existing id needs a
+  signature by *that id's registered key* (under mTLS, the certificate suffices
+  and the key may rotate): nobody takes over a client by knowing its id or name.
+- **Sessions**: enrolment returns a session token bound to the client id that
+  expires; only its SHA-256 is kept.
+- **Liveness** is the last time a client was heard from; **revocation** (``fedplat
+  clients revoke``) is picked up from the store and ends the client's session.
+
+Refusals never reveal the run's model to a caller that is not admitted: the layout
+is compared only after the credential checked out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from fedplat.server.config import RunConfig
+from fedplat.server.ratelimit import TokenBucket
+
+from fedplat.security.certs import CertError, fingerprint
+from fedplat.security.identity import ENROL, verify
+from fedplat.store import ClientRecord, Store, StoreError
+from fedplat.store.clients import TokenError
+from fedplat.transport.errors import (
+    FedplatError,
+    InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    UnknownClient,
+)
+from fedplat.transport.messages import Challenge, Enrollment, EnrollRequest
+from fedplat.vectors import Layout
+
+log = logging.getLogger("fedplat.server.registry")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+@dataclass
+class ClientState:
+    """What the coordinator knows about one enrolled client (in memory)."""
+
+    client_id: str
+    name: str
+    seq: int  # enrolment order: selection and row order, for reproducible runs
+    public_key: bytes
+    declared_examples: int
+    max_examples: int | None
+    last_seen: float
+    session: bytes = b""
+    session_expires: float = 0.0
+    revoked: bool = False
+    uploading: bool = False
+    downloading: bool = False
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """What the transport knows about the caller (its TLS client certificate)."""
+
+    cert_pem: bytes | None = None
+
+
+@dataclass
+class _Pending:
+    client_id: str
+    expires: float
+
+
+@dataclass
+class Rejection:
+    """A refusal the recorder stores as an event (rate-limited)."""
+
+    kind: str
+    reason: str
+    client_id: str | None = None
+    details: dict[str, object] = field(default_factory=dict)
+
+
+class ClientRegistry:
+    """Enrolled clients of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        store: Store,
+        run_id: str,
+        layout: Layout,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_reject: Callable[[Rejection], None] = lambda r: None,
+        on_enrol: Callable[[ClientState], None] = lambda c: None,
+    ) -> None:
+        self.cfg = cfg
+        self.adm = cfg.admission
+        self.mode = cfg.admission_mode
+        self.store = store
+        self.run_id = run_id
+        self.layout = layout
+        self.clock = clock
+        self._reject = on_reject
+        self._on_enrol = on_enrol
+        self._lock = threading.RLock()
+        self._clients: dict[str, ClientState] = {}
+        self._pending: dict[bytes, _Pending] = {}
+        self._next_seq = 0
+        self._bucket = TokenBucket(
+            self.adm.enrol_per_second, self.adm.enrol_burst, clock
+        )
+        self._revoked = set(store.list_revoked(run_id))
+        self._revocations_checked = clock()
+
+    # ---------------------------------------------------------------- refusals
+    def _refuse(
+        self, exc: FedplatError, kind: str, client_id: str | None = None
+    ) -> None:
+        self._reject(Rejection(kind, exc.reason, client_id))
+        exc.recorded = True
+        raise exc
+
+    # --------------------------------------------------------------- challenge
+    def challenge(self, client_id: str) -> Challenge:
+        """A fresh single-use challenge for an enrolment (rate-limited)."""
+        now = self.clock()
+        with self._lock:
+            if not self._bucket.take():
+                self._refuse(
+                    ResourceExhausted("enrolment rate limit; retry later"),
+                    "enrol_rate_limited",
+                )
+            for nonce in [n for n, p in self._pending.items() if p.expires <= now]:
+                del self._pending[nonce]
+            if len(self._pending) >= self.adm.max_pending:
+                self._refuse(
+                    ResourceExhausted("too many enrolments in progress"),
+                    "enrol_pending_cap",
+                )
+            nonce = secrets.token_bytes(32)
+            expires = now + self.adm.challenge_seconds
+            self._pending[nonce] = _Pending(client_id, expires)
+        return Challenge(nonce, expires)
+
+    def _take_challenge(self, req: EnrollRequest) -> None:
+        with self._lock:
+            pending = self._pending.pop(req.challenge, None)
+        if pending is None or pending.expires <= self.clock():
+            self._refuse(
+                PermissionDenied("unknown or expired enrolment challenge"),
+                "enrolment_refused",
+            )
+        assert pending is not None
+        if pending.client_id != req.client_id:
+            self._refuse(
+                PermissionDenied("challenge was issued for another client id"),
+                "enrolment_refused",
+            )
+
+    # ----------------------------------------------------------------- enrol
+    def enroll(self, req: EnrollRequest, peer: PeerIdentity) -> Enrollment:
+        """Admit a client (or re-admit a known one) and start its session."""
+        self._take_challenge(req)
+        # Proof of possession: the caller signs the challenge with the key it
+        # presents, so nobody registers (or replays) a key it does not hold.
+        if not verify(
+            req.public_key,
+            req.signature,
+            ENROL,
+            req.challenge,
+            req.client_id,
+            req.public_key,
+        ):
+            self._refuse(
+                PermissionDenied("enrolment signature does not verify"),
+                "enrolment_refused",
+                req.client_id or None,
+            )
+        cert = self._cert_identity(peer)
+        known = self._known(req, cert)
+        if known is not None:
+            # Continuity: without a certificate, only the registered key may
+            # speak for a known id (under mTLS the certificate is the identity).
+            if cert is None and known.public_key != req.public_key.hex():
+                self._refuse(
+                    PermissionDenied(
+                        "re-enrolment must be signed by the client's registered key"
+                    ),
+                    "identity_refused",
+                    known.id,
+                )
+            if known.revoked_at is not None or known.id in self._revoked:
+                self._refuse(
+                    PermissionDenied("this client was revoked"),
+                    "enrolment_refused",
+                    known.id,
+                )
+        elif req.client_id:
+            self._refuse(
+                UnknownClient(
+                    f"client {req.client_id!r} is not enrolled in "
+                    "this run; enrol without an id"
+                ),
+                "enrolment_refused",
+            )
+        self._check_admission(req, known is None)
+        if req.layout != self.layout:
+            # Only an admitted caller learns how its model differs from the run's.
+            self._refuse(
+                InvalidArgument(
+                    f"model layout does not match run {self.cfg.run.name!r}: "
+                    f"{self.layout.describe_mismatch(req.layout)}"
+                ),
+                "enrolment_refused",
+                known.id if known else None,
+            )
+        return self._admit(req, known.id if known else None, cert)
+
+    def _cert_identity(self, peer: PeerIdentity) -> str | None:
+        if self.mode != "mtls":
+            return None
+        if peer.cert_pem is None:
+            self._refuse(
+                PermissionDenied("a client certificate is required"),
+                "enrolment_refused",
+            )
+        try:
+            return fingerprint(peer.cert_pem or b"")
+        except CertError as exc:
+            self._refuse(
+                PermissionDenied(f"unusable client certificate: {exc}"),
+                "enrolment_refused",
+            )
+        raise AssertionError("unreachable")
+
+    def _known(self, req: EnrollRequest, cert: str | None) -> ClientRecord | None:
+        if cert is not None:
+            bound = self.store.find_client(self.run_id, cert_fingerprint=cert)
+            if bound is not None and req.client_id not in ("", bound.id):
+                self._refuse(
+                    PermissionDenied("this certificate is bound to another client id"),
+                    "identity_refused",
+                    req.client_id or None,
+                )
+            if bound is not None:
+                return bound
+        if not req.client_id:
+            return None
+        known = self.store.get_client(self.run_id, req.client_id)
+        if known is not None and cert is not None and known.cert_fingerprint != cert:
+            self._refuse(
+                PermissionDenied("this client id is bound to another certificate"),
+                "identity_refused",
+                req.client_id,
+            )
+        return known
+
+    def _check_admission(self, req: EnrollRequest, new: bool) -> None:
+        if not new:
+            return
+        if self.store.count_clients(self.run_id) >= self.adm.max_clients:
+            self._refuse(
+                ResourceExhausted(
+                    f"the run admits at most {self.adm.max_clients} clients"
+                ),
+                "enrolment_cap",
+            )
+        if self.mode == "tokens" and not req.enrolment_token:
+            self._refuse(
+                PermissionDenied(
+                    "this run admits clients with an enrolment token "
+                    "(fedplat tokens create)"
+                ),
+                "enrolment_refused",
+            )
+
+    def _admit(
+        self, req: EnrollRequest, client_id: str | None, cert: str | None
+    ) -> Enrollment:
+        new = client_id is None
+        client_id = client_id or secrets.token_hex(8)
+        max_examples = None
+        if new and self.mode == "tokens":
+            try:
+                tok = self.store.consume_token(
+                    req.enrolment_token,
+                    run_id=self.run_id,
+                    run_name=self.cfg.run.name,
+                    client_id=client_id,
+                )
+            except TokenError as exc:
+                self._refuse(PermissionDenied(str(exc)), "enrolment_refused")
+            max_examples, token_id = tok.max_examples, tok.id
+        else:
+            token_id = None
+        try:
+            rec = self.store.upsert_client(
+                self.run_id,
+                client_id,
+                name=req.name,
+                num_examples=req.num_examples,
+                info=dict(req.info),
+                status="active",
+                public_key=req.public_key.hex(),
+                cert_fingerprint=cert,
+                max_examples=max_examples,
+                token_id=token_id,
+            )
+        except StoreError as exc:
+            self._refuse(PermissionDenied(str(exc)), "identity_refused", client_id)
+        return self._start_session(req, client_id, rec.max_examples, new)
+
+    def _start_session(
+        self, req: EnrollRequest, client_id: str, max_examples: int | None, new: bool
+    ) -> Enrollment:
+        token = secrets.token_urlsafe(32)
+        now = self.clock()
+        expires = now + self.adm.session_seconds
+        with self._lock:
+            prev = self._clients.get(client_id)
+            seq = prev.seq if prev is not None else self._next_seq
+            if prev is None:
+                self._next_seq += 1
+            state = ClientState(
+                client_id,
+                req.name,
+                seq,
+                req.public_key,
+                req.num_examples,
+                max_examples,
+                now,
+                _digest(token),
+                expires,
+            )
+            self._clients[client_id] = state
+        self._on_enrol(state)
+        s = self.cfg.server
+        return Enrollment(
+            client_id=client_id,
+            token=token,
+            run_id=self.run_id,
+            run_name=self.cfg.run.name,
+            layout=self.layout,
+            max_message_bytes=s.max_message_bytes,
+            max_update_bytes=s.max_update_bytes,
+            session_expires_unix=expires,
+        )
+
+    # -------------------------------------------------------------- sessions
+    def authenticate(self, client_id: str, token: str) -> ClientState:
+        """The caller's client if the session token is valid; refuses otherwise."""
+        with self._lock:
+            c = self._clients.get(client_id)
+            now = self.clock()
+            if c is None:
+                raise UnknownClient(f"client {client_id!r} has no session; enrol")
+            if not hmac.compare_digest(c.session, _digest(token)):
+                self._refuse(
+                    Unauthenticated("bad session token"), "unauthenticated", client_id
+                )
+            if c.revoked:
+                self._refuse(
+                    PermissionDenied("this client was revoked"), "revoked", client_id
+                )
+            if now >= c.session_expires:
+                raise Unauthenticated("session expired; enrol again")
+            c.last_seen = now
+            return c
+
+    def touch(self, c: ClientState) -> None:
+        with self._lock:
+            c.last_seen = self.clock()
+
+    @contextmanager
+    def slot(self, c: ClientState, kind: str) -> Iterator[None]:
+        """At most one upload and one download in flight per client."""
+        attr = "uploading" if kind == "upload" else "downloading"
+        with self._lock:
+            if getattr(c, attr):
+                self._refuse(
+                    ResourceExhausted(f"another {kind} of this client is in progress"),
+                    f"{kind}_busy",
+                    c.client_id,
+                )
+            setattr(c, attr, True)
+        try:
+            yield
+        finally:
+            with self._lock:
+                setattr(c, attr, False)
+
+    # --------------------------------------------------------------- queries
+    def get(self, client_id: str) -> ClientState | None:
+        with self._lock:
+            return self._clients.get(client_id)
+
+    def live(self) -> list[ClientState]:
+        """Clients heard from within ``liveness_seconds``, in enrolment order."""
+        now = self.clock()
+        ttl = self.cfg.deadlines.liveness_seconds
+        with self._lock:
+            alive = [
+                c
+                for c in self._clients.values()
+                if not c.revoked and now - c.last_seen <= ttl
+            ]
+        return sorted(alive, key=lambda c: c.seq)
+
+    def weight(self, c: ClientState, declared: int) -> int:
+        """The aggregation weight a client's declared example count earns."""
+        cap = self.cfg.aggregator.max_examples_per_client
+        if c.max_examples is not None:
+            cap = min(cap, c.max_examples)
+        return max(0, min(declared, cap))
+
+    def refresh_revocations(self) -> list[str]:
+        """Pick up revocations made in the store; returns newly revoked ids."""
+        now = self.clock()
+        if now - self._revocations_checked < self.adm.revocation_poll_seconds:
+            return []
+        self._revocations_checked = now
+        revoked = set(self.store.list_revoked(self.run_id))
+        with self._lock:
+            new = sorted(revoked - self._revoked)
+            self._revoked = revoked
+            for cid in new:
+                c = self._clients.get(cid)
+                if c is not None:
+                    c.revoked = True
+        return new
+
+
+__all__ = ["ClientRegistry", "ClientState", "PeerIdentity", "Rejection"]
