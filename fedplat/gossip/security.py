@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedplat.gossip.membership import Membership, MembershipError, load_membership
-from fedplat.gossip.tls import PeerTls, TlsError
-from fedplat.security.certs import peer_dns_name
+from fedplat.gossip.tls import PeerTls
+from fedplat.security.certs import CertError, peer_dns_name
 from fedplat.security.identity import Identity
 from fedplat.security.keys import KeyFileError
 
@@ -143,7 +143,7 @@ def load_peer_security(
             )
         else:
             tls = PeerTls.load(ca, cert, key)
-    except (MembershipError, KeyFileError, TlsError) as exc:
+    except (MembershipError, KeyFileError, CertError) as exc:
         raise SecurityError(str(exc)) from None
     if peers is not None:
         members = members.restricted_to(peers)

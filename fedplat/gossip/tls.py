@@ -26,20 +26,16 @@ from fedplat.security.certs import (
     peer_dns_name,
 )
 
-__all__ = ["PeerTls", "TlsError", "caller_certificate", "open_channel"]
-
-
-class TlsError(ValueError):
-    """A certificate, key or CA file is missing or unusable."""
+__all__ = ["PeerTls", "caller_certificate", "open_channel"]
 
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise TlsError(f"cannot read the {what} {path}: {exc.strerror}") from None
+        raise CertError(f"cannot read the {what} {path}: {exc.strerror}") from None
     if b"-----BEGIN" not in data:
-        raise TlsError(f"the {what} {path} is not a PEM file")
+        raise CertError(f"the {what} {path} is not a PEM file")
     return data
 
 
@@ -69,12 +65,8 @@ class PeerTls:
         ca_pem = _read(ca, "CA certificate")
         cert_pem = _read(cert, "certificate")
         key_pem = _read(key, "private key")
-        try:
-            inspect_certificate(ca_pem)
-            info = inspect_certificate(cert_pem)
-        except CertError as exc:
-            raise TlsError(str(exc)) from None
-        return cls(ca_pem, cert_pem, key_pem, info)
+        inspect_certificate(ca_pem)  # raises CertError for a bad CA file
+        return cls(ca_pem, cert_pem, key_pem, inspect_certificate(cert_pem))
 
     def server_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
