@@ -30,9 +30,8 @@ from fedplat.gossip.client import PeerClient
 from fedplat.gossip.messages import ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
-from fedplat.gossip.scenario import DataSpec
 from fedplat.gossip.server import SERVICE
-from fedplat.gossip.setup import NodeData, load_node_data
+from fedplat.gossip.setup import NodeData
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls
 from fedplat.proto import peer_pb2 as pb
@@ -61,19 +60,6 @@ from tests.support.gossip import (
 )
 
 IDS = ["0", "1", "2", "3"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def data() -> NodeData:
-    return load_node_data(DataSpec(dataset="digits"), 4, 0)
 
 
 @pytest.fixture(scope="module")

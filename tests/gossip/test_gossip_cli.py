@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from fedplat.cli import main
 from tests.support import REPO
 
 EXAMPLES = REPO / "examples" / "scenarios"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
 
 
 def test_gossip_sim_cli_writes_summary_and_store(

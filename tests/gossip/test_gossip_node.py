@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,8 +17,7 @@ from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddres
 from fedplat.gossip.neighbours import NeighbourTable
 from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
-from fedplat.gossip.scenario import DataSpec
-from fedplat.gossip.setup import NodeData, build_model, load_node_data
+from fedplat.gossip.setup import NodeData, build_model
 from fedplat.gossip.signing import Signer
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
@@ -41,19 +39,6 @@ from tests.support.gossip import (
     peer_files,
     run_peers,
 )
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def data() -> NodeData:
-    return load_node_data(DataSpec(dataset="digits"), 4, 0)
 
 
 @pytest.fixture(scope="module")
