@@ -270,6 +270,7 @@ class PeerServer:
         )
         self._thread.start()
         self._server: grpc.aio.Server | None = None
+        self._stop_lock = threading.Lock()
         try:
             self.port = self._call(self._bind(service, listen, tls, options))
         except Exception:
@@ -305,10 +306,16 @@ class PeerServer:
         self._call(self._server.start())
 
     def stop(self, grace: float = 0.5) -> None:
-        """Stop serving (in-flight calls get ``grace`` seconds) and end the loop."""
+        """Stop serving (in-flight calls get ``grace`` seconds) and end the loop.
+
+        Safe to call again (a peer stopped from outside stops again when its
+        run ends)."""
+        with self._stop_lock:
+            server, self._server = self._server, None
+        if server is None:
+            return
         try:
-            if self._server is not None:
-                self._call(self._server.stop(grace), timeout=grace + 5.0)
+            self._call(server.stop(grace), timeout=grace + 5.0)
         finally:
             self._end_loop()
 

@@ -38,6 +38,13 @@ from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
 from fedplat.security.certs import issue
 from fedplat.security.identity import Identity
+from fedplat.testing.peer import (
+    PEER_RPCS,
+    mutate_messages,
+    raw_channel,
+    send_raw,
+    valid_peer_requests,
+)
 from fedplat.transport.errors import (
     PermissionDenied,
     StaleUpdate,
@@ -46,17 +53,13 @@ from fedplat.transport.errors import (
 )
 from tests.support import free_port, wait_for
 from tests.support.gossip import (
-    PEER_RPCS,
     SPARE,
     client_as,
     join_peers,
     make_peer,
     make_ring,
     peer_files,
-    raw_channel,
-    send_raw,
     start_peers,
-    valid_peer_requests,
 )
 
 IDS = ["0", "1", "2", "3"]
@@ -383,31 +386,6 @@ def test_idle_streams_do_not_freeze_a_peer(
 # ------------------------------------------------------------ malformed input
 
 
-def _mutate(messages: list[bytes], rng: random.Random) -> list[bytes]:
-    """One structure-aware mutation: flip, cut, grow, drop, repeat or swap."""
-    out = list(messages)
-    i = rng.randrange(len(out))
-    m = bytearray(out[i])
-    op = rng.choice(["flip", "cut", "grow", "drop", "repeat", "swap"])
-    if op == "flip" and m:
-        m[rng.randrange(len(m))] ^= 1 << rng.randrange(8)
-    elif op == "cut":
-        del m[rng.randrange(len(m) + 1) :]
-    elif op == "grow":
-        m[rng.randrange(len(m) + 1) : 0] = rng.randbytes(rng.randrange(1, 64))
-    elif op == "drop" and len(out) > 1:
-        del out[i]
-        return out
-    elif op == "repeat":
-        out.insert(i, bytes(m))
-    elif op == "swap" and len(out) > 1:
-        j = rng.randrange(len(out))
-        out[i], out[j] = out[j], out[i]
-        return out
-    out[i] = bytes(m)
-    return out
-
-
 def test_malformed_and_mutated_requests_get_a_status_never_a_traceback(
     data: NodeData, files: ClusterFiles, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -428,7 +406,7 @@ def test_malformed_and_mutated_requests_get_a_status_never_a_traceback(
             for k in range(150):
                 fresh = valid_peer_requests(files, SPARE, "0", node.layout, round=k)
                 rpc = rng.choice(list(PEER_RPCS))
-                msgs = _mutate(fresh.serialized()[rpc], rng)
+                msgs = mutate_messages(fresh.serialized()[rpc], rng)
                 codes[send_raw(channel, rpc, msgs)[0].name] += 1
         assert not {"INTERNAL", "UNKNOWN", "DEADLINE_EXCEEDED"} & set(codes), codes
         assert "INVALID_ARGUMENT" in codes and "PERMISSION_DENIED" in codes, codes
