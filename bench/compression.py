@@ -299,11 +299,8 @@ def run_config(setup: Setup, method: Method, workdir: Path) -> dict[str, Any]:
             "seed": setup.seed,
         },
         "model": {"name": "mlp", "params": {"hidden": list(setup.hidden)}},
-        "data": {
-            "dataset": setup.dataset,
-            "eval_every": setup.eval_every,
-            "eval_max_examples": setup.eval_max_examples,
-        },
+        "data": {"dataset": setup.dataset, "eval_every": setup.eval_every},
+        "evaluation": {"max_examples": setup.eval_max_examples},
         "selection": {
             "clients_per_round": setup.clients,
             "min_available": setup.clients,

@@ -59,7 +59,7 @@ from fedplat.contribution import (
     ContributionAccountant,
     ContributionSection,
     load_or_create_signing_key,
-    make_utility_from_accuracy,
+    make_utility_from_metric,
     verify_run_ledger,
 )
 from fedplat.data import Dataset, load_dataset, partition
@@ -157,10 +157,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         {
             "run": {"name": "bench-contribution", "rounds": args.rounds, "seed": 0},
             "model": {"name": "mlp", "params": {"hidden": [args.hidden]}},
-            "data": {
-                "dataset": "fashion_mnist",
-                "eval_max_examples": args.eval_examples,
-            },
+            "data": {"dataset": "fashion_mnist"},
+            "evaluation": {"max_examples": args.eval_examples},
             "selection": {"clients_per_round": n, "min_available": n, "quorum": n},
             "client_training": {"epochs": 1, "batch_size": 32, "lr": 0.05},
             "aggregator": {"name": "fedavg"},
@@ -179,7 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine.aggregator = capture
     key = load_or_create_signing_key(workdir / "ledger_ed25519.pem")
     accountant = ContributionAccountant(contribution, store, engine.run_id, key)
-    utility = make_utility_from_accuracy(engine.evaluator)
+    utility = make_utility_from_metric(engine.evaluator)
     lr = cfg.server_optimizer.lr
 
     def factory() -> InMemoryConnection:

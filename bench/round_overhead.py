@@ -31,7 +31,7 @@ Two measurements, one JSON file (``bench/results/round_overhead.json``):
    re-encode the global model). The first ``--warmup`` rounds are excluded; the
    median and p90 of the next ``--rounds`` are reported. Server-side evaluation is
    kept out: ``data.eval_every`` is larger than the run, so only the final round
-   evaluates (on ``data.eval_max_examples=32`` digits), and that extra final round
+   evaluates (on ``evaluation.max_examples=32`` digits), and that extra final round
    is run but not timed.
 
 Bytes per round = N x (model download + update upload) payload bytes, cross-checked
@@ -381,11 +381,8 @@ def _build_config(spec: CaseSpec) -> Any:
                 "input_shape": list(INPUT_SHAPE),
                 "num_classes": NUM_CLASSES,
             },
-            "data": {
-                "dataset": "digits",
-                "eval_every": 1_000_000,
-                "eval_max_examples": 32,
-            },
+            "data": {"dataset": "digits", "eval_every": 1_000_000},
+            "evaluation": {"max_examples": 32},
             "selection": {
                 "clients_per_round": spec.clients,
                 "min_available": spec.clients,

@@ -7,9 +7,12 @@ loading, or shutting down) counts as unhealthy, which a TCP port check would mis
 
 Address: ``FEDPLAT_HEALTH_ADDRESS``, else the one the coordinator binds
 (``FEDPLAT__SERVER__ADDRESS``) with a wildcard host replaced by 127.0.0.1.
-TLS: set ``FEDPLAT_HEALTH_TLS_CA`` (PEM of the CA that signed the server
-certificate), plus ``FEDPLAT_HEALTH_TLS_CERT``/``FEDPLAT_HEALTH_TLS_KEY`` when the
-coordinator requires client certificates. Exit status 0 = healthy, 1 = not.
+TLS: ``FEDPLAT_HEALTH_TLS_CA`` (PEM of the CA that signed the server
+certificate; default: the CA ``fedplat certs init`` made in the volume,
+``/var/lib/fedplat/pki/ca.pem``, when it exists), plus
+``FEDPLAT_HEALTH_TLS_CERT``/``FEDPLAT_HEALTH_TLS_KEY`` when the coordinator
+requires client certificates. Without a CA it speaks plaintext. Exit status
+0 = healthy, 1 = not.
 """
 
 from __future__ import annotations
@@ -36,8 +39,13 @@ def address() -> str:
     return f"{host}:{port}"
 
 
+DEFAULT_CA = Path("/var/lib/fedplat/pki/ca.pem")
+
+
 def channel(target: str) -> grpc.Channel:
-    ca = os.environ.get("FEDPLAT_HEALTH_TLS_CA")
+    ca = os.environ.get("FEDPLAT_HEALTH_TLS_CA") or (
+        str(DEFAULT_CA) if DEFAULT_CA.is_file() else ""
+    )
     if not ca:
         return grpc.insecure_channel(target)
     cert = os.environ.get("FEDPLAT_HEALTH_TLS_CERT")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,14 @@ def local_data(shard: int, shards: int) -> torch.utils.data.DataLoader[Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--address", default="127.0.0.1:50051")
-    ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--insecure", action="store_true", help="plaintext (local demo)")
+    ap.add_argument("--ca", help="CA certificate PEM of the coordinator (TLS)")
+    ap.add_argument(
+        "--token-file", help="enrolment token from the operator (first start only)"
+    )
+    ap.add_argument(
+        "--state-dir", help="where the app keeps its identity key and client id"
+    )
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--shards", type=int, default=4)
     args = ap.parse_args()
@@ -80,6 +88,11 @@ def main() -> None:
         num_examples=len(loader.dataset),
         name=f"edge-{args.shard}",
         insecure=args.insecure,
+        root_certificates=Path(args.ca).read_bytes() if args.ca else None,
+        enrolment_token=(
+            Path(args.token_file).read_text().strip() if args.token_file else None
+        ),
+        state_dir=args.state_dir,
     ).run()
 
 

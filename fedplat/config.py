@@ -52,12 +52,16 @@ def read_mapping(
 
 
 def validation_message(exc: ValidationError, header: str) -> str:
-    """A pydantic error as ``header`` plus one ``  loc: message`` line per problem."""
-    lines = [header]
+    """A pydantic error as ``header`` plus ``loc: message`` per problem: on the same
+    line when there is one problem, one indented line each otherwise."""
+    problems = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {err['msg']}")
-    return "\n".join(lines)
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        problems.append(f"{loc}: {msg}")
+    if len(problems) == 1:
+        return f"{header} {problems[0]}"
+    return "\n".join([header, *(f"  {p}" for p in problems)])
 
 
 __all__ = ["Strict", "read_mapping", "validation_message"]

@@ -1,8 +1,10 @@
 """``fedplat demo``: a coordinator and client processes on one machine.
 
-Starts ``fedplat coordinator`` and ``--clients`` reference ``fedplat client``
-processes on 127.0.0.1, prints each completed round's accuracy from the store, and
-writes a JSON summary (``bench/results/demo.json`` by default).
+Makes a CA and a server certificate (``fedplat certs``) and one enrolment token
+per client, starts ``fedplat coordinator`` (TLS, token admission) and
+``--clients`` reference ``fedplat client`` processes on 127.0.0.1, prints each
+completed round's accuracy from the store, and writes a JSON summary
+(``bench/results/demo.json`` by default).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
 
 from fedplat.store import Store
@@ -35,6 +39,10 @@ class DemoArgs:
     output: str = "bench/results/demo.json"
 
 
+_EXE = [sys.executable, "-m", "fedplat.cli"]
+_ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,6 +58,7 @@ def demo_config(
     dataset: str,
     model: str,
     seed: int,
+    tls: dict[str, str],
 ) -> dict[str, Any]:
     return {
         "run": {"name": f"demo-{int(time.time())}", "rounds": rounds, "seed": seed},
@@ -66,104 +75,136 @@ def demo_config(
         "server_optimizer": {"name": "fedavg", "lr": 1.0},
         "store": {"url": str(workdir / "fedplat.db")},
         "checkpoints": {"dir": str(workdir / "checkpoints")},
-        "server": {"address": address, "insecure": True},
+        # The demo runs like a deployment: TLS with a CA of its own, and every
+        # client admitted by a single-use enrolment token.
+        "server": {"address": address, "tls": tls},
+        "admission": {"mode": "tokens"},
     }
+
+
+def _pki(workdir: Path) -> dict[str, str]:
+    """A CA and a server certificate for 127.0.0.1 (made once per workdir)."""
+    from fedplat.security.certs import CA_CERT, create_ca, issue
+
+    pki = workdir / "pki"
+    if not (pki / CA_CERT).exists():
+        create_ca(pki, name="fedplat demo CA")
+    if not (pki / "server.pem").exists():
+        issue(pki, "server", server=True, sans=("localhost", "127.0.0.1"))
+    return {"cert": str(pki / "server.pem"), "key": str(pki / "server.key")}
+
+
+def _tokens(cfg: dict[str, Any], n: int, logs: Path) -> list[Path]:
+    """One enrolment token per client, each in a file only its owner reads."""
+    with Store(cfg["store"]["url"]) as store:
+        made = store.create_tokens(
+            n,
+            expires_at=datetime.now(UTC) + timedelta(hours=6),
+            run_name=cfg["run"]["name"],
+        )
+    paths = []
+    for i, (_, secret) in enumerate(made):
+        p = logs / f"token-{i}"
+        p.write_text(secret)
+        p.chmod(0o600)
+        paths.append(p)
+    return paths
+
+
+def _start_clients(
+    args: DemoArgs, address: str, ca: str, tokens: list[Path], logs: Path, workdir: Path
+) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(args.clients):
+        with (logs / f"client-{i}.log").open("wb") as f:
+            procs.append(subprocess.Popen(
+                [*_EXE, "client", "--address", address, "--root-cert", ca,
+                 "--token-file", str(tokens[i]), "--state-dir",
+                 str(workdir / "clients" / f"client-{i}"),
+                 "--dataset", args.dataset, "--model", args.model,
+                 "--partition", f"dirichlet:{args.alpha}",
+                 "--num-partitions", str(args.clients), "--partition-id", str(i),
+                 "--seed", str(args.seed), "--name", f"demo-client-{i}",
+                 "--give-up-after", "60"],
+                stdout=f, stderr=subprocess.STDOUT, env=_ENV,
+            ))  # fmt: skip
+    return procs
+
+
+def _follow(
+    coord: subprocess.Popen[bytes], store: Store, name: str, rounds: int, t0: float
+) -> None:
+    """Print each completed round's accuracy until the coordinator exits."""
+    run, last = None, 0
+    while coord.poll() is None:
+        time.sleep(1.0)
+        run = run or store.get_run_by_name(name)
+        if run is None:
+            continue
+        for r in store.list_rounds(run.id):
+            if r.status == "completed" and r.number > last:
+                last = r.number
+                print(
+                    f"round {r.number:3d}/{rounds}: accuracy {r.accuracy:.4f} "
+                    f"({time.perf_counter() - t0:.0f}s)",
+                    flush=True,
+                )
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def run_demo(args: DemoArgs) -> int:
     """Start a coordinator and client processes; write the result JSON."""
     workdir = Path(args.workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    logs = workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{_free_port()}"
+    tls = _pki(workdir)
     cfg = demo_config(
-        workdir,
-        address=address,
-        rounds=args.rounds,
-        clients=args.clients,
-        dataset=args.dataset,
-        model=args.model,
-        seed=args.seed,
-    )
+        workdir, address=address, rounds=args.rounds, clients=args.clients,
+        dataset=args.dataset, model=args.model, seed=args.seed, tls=tls,
+    )  # fmt: skip
     cfg_path = workdir / "demo.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    exe = [sys.executable, "-m", "fedplat.cli"]
-    logs = workdir / "logs"
-    logs.mkdir(exist_ok=True)
+    tokens = _tokens(cfg, args.clients, logs)
+    ca = str(workdir / "pki" / "ca.pem")
     t0 = time.perf_counter()
-    procs: list[subprocess.Popen[bytes]] = []
     with (logs / "coordinator.log").open("wb") as clog:
         coord = subprocess.Popen(
-            [*exe, "coordinator", "--config", str(cfg_path)],
-            stdout=clog,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+            [*_EXE, "coordinator", "--config", str(cfg_path)],
+            stdout=clog, stderr=subprocess.STDOUT, env=_ENV,
+        )  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
+    store = Store(cfg["store"]["url"], migrate=False)
     try:
-        wait_healthy(address, 120)
-        print(f"coordinator up at {address}; starting {args.clients} clients")
-        for i in range(args.clients):
-            with (logs / f"client-{i}.log").open("wb") as f:
-                procs.append(
-                    subprocess.Popen(
-                        [
-                            *exe,
-                            "client",
-                            "--address",
-                            address,
-                            "--insecure",
-                            "--dataset",
-                            args.dataset,
-                            "--model",
-                            args.model,
-                            "--partition",
-                            f"dirichlet:{args.alpha}",
-                            "--num-partitions",
-                            str(args.clients),
-                            "--partition-id",
-                            str(i),
-                            "--seed",
-                            str(args.seed),
-                            "--name",
-                            f"demo-client-{i}",
-                            "--give-up-after",
-                            "60",
-                        ],
-                        stdout=f,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
-                )
-        store = Store(cfg["store"]["url"], migrate=False)
-        run = None
-        last = 0
-        while coord.poll() is None:
-            time.sleep(1.0)
-            run = run or store.get_run_by_name(cfg["run"]["name"])
-            if run is None:
-                continue
-            for r in store.list_rounds(run.id):
-                if r.status == "completed" and r.number > last:
-                    last = r.number
-                    print(
-                        f"round {r.number:3d}/{args.rounds}: accuracy {r.accuracy:.4f} "
-                        f"({time.perf_counter() - t0:.0f}s)",
-                        flush=True,
-                    )
+        wait_healthy(address, 120, credentials=grpc.ssl_channel_credentials(
+            Path(ca).read_bytes()))  # fmt: skip
+        print(f"coordinator up at {address} (TLS); starting {args.clients} clients")
+        procs = _start_clients(args, address, ca, tokens, logs, workdir)
+        _follow(coord, store, cfg["run"]["name"], args.rounds, t0)
         rc = coord.returncode
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        if coord.poll() is None:
-            coord.terminate()
-            coord.wait(timeout=30)
-    seconds = time.perf_counter() - t0
+        _stop([*procs, coord])
+    return _summary(args, store, cfg, rc, time.perf_counter() - t0, logs)
+
+
+def _summary(
+    args: DemoArgs,
+    store: Store,
+    cfg: dict[str, Any],
+    rc: int | None,
+    seconds: float,
+    logs: Path,
+) -> int:
     run = store.get_run_by_name(cfg["run"]["name"])
     if run is None or rc != 0:
         print(f"demo failed (coordinator exit {rc}); see {logs}", file=sys.stderr)

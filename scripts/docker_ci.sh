@@ -3,9 +3,10 @@
 #   1. lint both Dockerfiles with hadolint (warnings fail);
 #   2. make a Debian base image with debootstrap from apt's own mirror;
 #   3. build the coordinator image on it with podman (FROM as a build argument);
-#   4. run it with the host network on 127.0.0.1, check its gRPC HEALTHCHECK,
-#      let 3 host-side client processes complete 2 rounds, stop it with SIGTERM
-#      and check it exits cleanly.
+#   4. make its certificates (fedplat certs) and enrolment tokens, run it with the
+#      host network on 127.0.0.1 serving TLS, check its gRPC HEALTHCHECK, let 3
+#      host-side client processes (CA + token) complete 2 rounds, stop it with
+#      SIGTERM and check it exits cleanly.
 # Needs root, podman, buildah, runc, debootstrap (make setup installs them) and the
 # project's venv. Every process and container it starts is stopped on exit.
 #
@@ -110,8 +111,15 @@ podman image inspect --format '{{.Size}}' "$IMAGE" \
 PORT="$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 ADDRESS="127.0.0.1:$PORT"
 mkdir "$WORK/data"
-chown 10001:10001 "$WORK/data"  # the image's non-root user
 cp docker/run.yaml "$WORK/run.yaml"
+# As an operator would: certificates in the volume (the image's run.yaml serves
+# TLS with them) and one enrolment token per client.
+step "fedplat certs init and tokens create"
+"$PY" -m fedplat.cli certs init --dir "$WORK/data/pki" --san localhost \
+  --san 127.0.0.1 >/dev/null
+"$PY" -m fedplat.cli tokens create --db "$WORK/data/fedplat.db" --count "$CLIENTS" \
+  --run docker-ci --output "$WORK/tokens" 2>/dev/null
+chown -R 10001:10001 "$WORK/data"  # the image's non-root user
 step "run the coordinator image on $ADDRESS"
 # The store and checkpoints land on the bind-mounted volume, where the host
 # reads them; the address comes from the environment, as in production.
@@ -138,7 +146,9 @@ done
 step "healthy; starting $CLIENTS host-side clients"
 
 for i in $(seq 0 $((CLIENTS - 1))); do
-  OMP_NUM_THREADS=1 "$PY" -m fedplat.cli client --address "$ADDRESS" --insecure \
+  sed -n "$((i + 1))p" "$WORK/tokens" >"$WORK/token-$i"
+  OMP_NUM_THREADS=1 "$PY" -m fedplat.cli client --address "$ADDRESS" \
+    --root-cert "$WORK/data/pki/ca.pem" --token-file "$WORK/token-$i" \
     --dataset digits --model mlp --model-params '{"hidden": [64]}' \
     --num-partitions "$CLIENTS" --partition-id "$i" --name "docker-client-$i" \
     --give-up-after 60 >"$WORK/client-$i.log" 2>&1 &

@@ -105,9 +105,10 @@ class RoundCloser:
     ) -> Completed:
         ctx, cfg = self.ctx, self.cfg
         accuracy = loss = None
+        evaluated: dict[str, float] = {}
         if r.number % cfg.data.eval_every == 0 or r.number == cfg.run.rounds:
             ev = ctx.evaluator(step.weights)
-            accuracy, loss = ev.accuracy, ev.loss
+            accuracy, loss, evaluated = ev.accuracy, ev.loss, ev.as_metrics()
         contribution = self._contribution(r, step, saved)
         privacy = ctx.plan.account(len(r.assignments), r.num_live)
         path, sha = save_checkpoint(
@@ -131,7 +132,7 @@ class RoundCloser:
             loss=loss,
             checkpoint_path=path,
             checkpoint_sha256=sha,
-            metrics=self._metrics(r, step, privacy, contribution),
+            metrics={**self._metrics(r, step, privacy, contribution), **evaluated},
             client_metrics=client_metrics(r),
             contributions=self._contribution_rows(contribution),
             events=tuple(self._events(r, step, accuracy, loss, contribution, last)),
@@ -147,8 +148,9 @@ class RoundCloser:
         if ctx.contribution is not None and contribution is not None:
             ctx.contribution.committed(contribution.pending)
         prune_checkpoints(
-            cfg.checkpoints.dir, ctx.run_id, cfg.checkpoints.keep_last, protect={path}
-        )
+            cfg.checkpoints.dir, ctx.run_id, cfg.checkpoints.keep_last,
+            protect={path, *self._best_checkpoint()},
+        )  # fmt: skip
         ctx.state.weights = step.weights
         ctx.state.model_version = r.number
         ctx.state.finished = last
@@ -270,6 +272,17 @@ class RoundCloser:
         if c is None or c.pending.head is None:
             return None
         return (c.pending.entries, c.pending.head)
+
+    def _best_checkpoint(self) -> list[str]:
+        """The best-accuracy round's checkpoint, kept whatever ``keep_last``
+        says (``fedplat export --best`` reads it)."""
+        done = [
+            r
+            for r in self.ctx.store.list_rounds(self.ctx.run_id)
+            if r.status == "completed" and r.accuracy is not None
+        ]
+        best = max(done, key=lambda r: (r.accuracy, r.number), default=None)
+        return [best.checkpoint_path] if best and best.checkpoint_path else []
 
     # ---------------------------------------------------------------- failure
     def fail(self, r: RoundState, reason: str, *, final: bool) -> None:

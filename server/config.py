@@ -3,8 +3,9 @@
 Example (YAML)::
 
     run: {name: demo, rounds: 20, seed: 0}
-    model: {name: mlp}
-    data: {dataset: fashion_mnist}
+    model: {name: mlp}                 # or {factory: "my_app.model:build"}
+    data: {dataset: fashion_mnist}     # or {eval: "my_app.data:held_out"}
+    evaluation: {metrics: [accuracy, f1, "my_app.metrics:recall_at_5"]}
     selection: {clients_per_round: 10, min_available: 10, quorum: 8}
     deadlines: {round_seconds: 120}
     aggregator: {name: fedavg}
@@ -19,7 +20,7 @@ import os
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.contribution.config import ContributionSection
@@ -38,19 +39,128 @@ class RunSection(Strict):
 
 
 class ModelSection(Strict):
-    # A name registered in fedplat.models or an import path "package.module:factory";
-    # the factory is called as factory(input_shape, num_classes, **params).
-    name: str = "mlp"
+    """The run's model: ``name`` or ``factory``, not both (``name: mlp`` if neither).
+
+    ``name`` is a model registered in :mod:`fedplat.models` (``fedplat list
+    models``), called as ``factory(input_shape, num_classes, **params)``; an import
+    path there is called the same way. ``factory`` is the public plug-in: an import
+    path ``"package.module:fn"`` to the app's own function, called as
+    ``fn(**params)``, with ``input_shape`` and ``num_classes`` added when its
+    signature names them. Both are built with the torch RNG seeded by ``run.seed``.
+    """
+
+    name: str | None = None
+    factory: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     input_shape: tuple[int, ...] | None = None
     num_classes: int | None = Field(default=None, ge=2)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("name") and not data.get("factory"):
+            return {**data, "name": "mlp"}
+        return data
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ModelSection:
+        if self.name is not None and self.factory is not None:
+            raise ValueError("give model.name or model.factory, not both")
+        if self.factory is not None:
+            _check_import_path(self.factory, "model.factory")
+        if self.name is not None and ":" not in self.name:
+            from fedplat.models import available_models
+
+            if self.name.strip().lower() not in available_models():
+                raise ValueError(
+                    f"unknown model {self.name!r}; available: "
+                    f"{', '.join(available_models())} (or model.factory: "
+                    "'package.module:fn')"
+                )
+        return self
+
+    @property
+    def label(self) -> str:
+        """The model as the run file names it."""
+        return str(self.name if self.name is not None else self.factory)
+
+
+def _check_import_path(spec: str, what: str) -> None:
+    module, sep, attr = spec.partition(":")
+    if not sep or not module.strip() or not attr.strip():
+        raise ValueError(f"{what} {spec!r} must look like 'package.module:function'")
+
 
 class DataSection(Strict):
+    """Where the data comes from.
+
+    ``dataset`` names a bundled dataset (``fedplat list datasets``): the reference
+    clients train on its train split and the coordinator evaluates on
+    ``eval_split``. ``eval`` is the public plug-in for the coordinator's held-out
+    data: an import path ``"package.module:fn"`` called as ``fn(**eval_params)``
+    that returns a ``torch.utils.data.Dataset`` of ``(input, target)`` items, a
+    ``DataLoader`` of ``(inputs, targets)`` batches, or a pair of tensors (or
+    arrays) ``(x [N, ...], y [N, ...])`` of any shape. It replaces ``dataset`` for
+    evaluation.
+    """
+
     dataset: str = "fashion_mnist"
-    eval_split: str = "test"
-    eval_max_examples: int | None = Field(default=None, ge=1)
+    eval: str | None = None
+    eval_params: dict[str, Any] = Field(default_factory=dict)
+    eval_split: Literal["train", "test"] = "test"
     eval_every: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> DataSection:
+        from fedplat.data import available_datasets
+
+        if self.dataset.replace("-", "_") not in available_datasets():
+            raise ValueError(
+                f"unknown dataset {self.dataset!r}; available: "
+                f"{', '.join(available_datasets())} (or data.eval: "
+                "'package.module:fn' for your own evaluation data)"
+            )
+        if self.eval is not None:
+            _check_import_path(self.eval, "data.eval")
+        elif self.eval_params:
+            raise ValueError("data.eval_params needs data.eval")
+        return self
+
+
+class EvaluationSection(Strict):
+    """Server-side evaluation of the global model.
+
+    ``task``: ``classification`` (logits ``[N, C]`` against class indices ``[N]``,
+    cross-entropy loss, accuracy always reported), ``regression`` (outputs shaped
+    like the targets, mean squared error loss, MAE always reported) or ``auto``
+    (integer targets: classification; floating targets: regression). ``metrics``
+    are names from ``fedplat list metrics`` or import paths ``"package.module:fn"``
+    to functions ``fn(outputs, targets) -> {name: float}`` over the whole evaluation
+    set. ``batch_size`` bounds one forward pass; ``max_examples`` evaluates the
+    first examples only.
+    """
+
+    task: Literal["auto", "classification", "regression"] = "auto"
+    metrics: list[str] = Field(default_factory=list)
+    batch_size: int = Field(default=1024, ge=1, le=1 << 20)
+    max_examples: int | None = Field(default=None, ge=1)
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, value: list[str]) -> list[str]:
+        from fedplat.metrics import available_metrics, is_registered
+
+        if len(set(value)) != len(value):
+            raise ValueError(f"duplicate metrics in {value}")
+        for name in value:
+            if ":" in name:
+                _check_import_path(name, "metric")
+            elif not is_registered(name):
+                raise ValueError(
+                    f"unknown metric {name!r}; available: "
+                    f"{', '.join(available_metrics())} (or 'package.module:fn')"
+                )
+        return value
 
 
 class SelectionSection(Strict):
@@ -252,6 +362,7 @@ class RunConfig(Strict):
     run: RunSection
     model: ModelSection = ModelSection()
     data: DataSection = DataSection()
+    evaluation: EvaluationSection = EvaluationSection()
     selection: SelectionSection = SelectionSection()
     deadlines: DeadlineSection = DeadlineSection()
     client_training: ClientTrainingSection = ClientTrainingSection()

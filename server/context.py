@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from fedplat.aggregators import AggregationError, Aggregator, build_aggregator
 from fedplat.server.config import ConfigError, RunConfig
-from fedplat.server.evaluation import Evaluator, build_model
+from fedplat.server.evaluation import Evaluator, build_model, validate_run
 from fedplat.server.optimizers import ServerOptimizer
 from fedplat.server.recorder import Recorder
 from fedplat.server.runstate import RunState, open_run
@@ -25,7 +25,7 @@ from fedplat.server.runstate import RunState, open_run
 from fedplat.contribution import (
     ContributionAccountant,
     load_or_create_signing_key,
-    make_utility_from_accuracy,
+    make_utility_from_metric,
 )
 from fedplat.contribution.utility import UtilityFn
 from fedplat.store import Store
@@ -118,6 +118,9 @@ def build_context(
     clock: Callable[[], float] = time.time,
 ) -> RunContext:
     """The run's components, and the run opened or resumed in ``store``."""
+    # Before anything is stored or any client selected: a model that does not fit
+    # its evaluation data is a ConfigError now, not a crash after round 1.
+    validate_run(cfg)
     aggregator = _aggregator(cfg)
     model = build_model(cfg)
     layout = layout_of(model)
@@ -152,7 +155,7 @@ def build_context(
     if c.enabled:
         key = load_or_create_signing_key(c.key_path) if c.key_path else None
         ctx.contribution = ContributionAccountant(c, store, state.run_id, key)
-        ctx.utility = make_utility_from_accuracy(evaluator)
+        ctx.utility = make_utility_from_metric(evaluator, c.utility)
     return ctx
 
 

@@ -64,7 +64,8 @@ def open_run(
         store.add_event(
             run.id,
             "run_created",
-            f"run {cfg.run.name!r}: {cfg.run.rounds} rounds, {layout.numel} parameters",
+            f"run {cfg.run.name!r}: {cfg.run.rounds} rounds, "
+            f"model {cfg.model.label} ({layout.numel} parameters)",
         )
         return RunState(run, weights, 0, False)
     stored_layout = Layout.from_dict(existing.layout)

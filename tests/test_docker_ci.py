@@ -78,7 +78,16 @@ def test_dockerfile_shape(dockerfile: Path) -> None:
 def test_compose_file_is_consistent() -> None:
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "coordinator", "monitor"}
+    assert set(services) == {"postgres", "certs", "coordinator", "monitor"}
+    # Certificates are made on first start, into the coordinator's volume, before
+    # the coordinator (which serves TLS with them) starts.
+    certs = services["certs"]
+    assert certs["command"][:2] == ["certs", "init"]
+    assert services["coordinator"]["depends_on"]["certs"]["condition"] == (
+        "service_completed_successfully"
+    )
+    data = "coordinator-data:/var/lib/fedplat"
+    assert data in certs["volumes"] and data in services["coordinator"]["volumes"]
     for name in ("coordinator", "monitor"):
         build = services[name]["build"]
         assert (DOCKER / build["context"] / build["dockerfile"]).resolve().is_file()
@@ -103,3 +112,7 @@ def test_example_config_loads_with_the_images_environment() -> None:
     assert cfg.server.address == "0.0.0.0:50051"
     assert cfg.store.url == "/var/lib/fedplat/fedplat.db"
     assert cfg.data.dataset == "digits"  # needs no dataset mounted in the image
+    # Secure by default: TLS with the volume's certificates, token admission.
+    assert not cfg.server.insecure and cfg.server.tls is not None
+    assert cfg.server.tls.cert.startswith("/var/lib/fedplat/pki/")
+    assert cfg.admission_mode == "tokens"

@@ -4,7 +4,8 @@ Subcommands: ``coordinator`` (serve a run), ``client`` (a reference client),
 ``sim`` (in-process simulation), ``demo``, ``monitor`` (the web monitor),
 ``ledger`` (verify or export a contribution ledger), ``gossip`` (peer-to-peer
 learning), ``certs`` (a CA for TLS), ``tokens``, ``clients`` and ``store check``
-(operator commands on a store). Each lives in a module of this
+(operator commands on a store), ``export`` (a run's model as a file) and
+``list`` (registered names). Each lives in a module of this
 package with a ``register(sub)`` function; user errors print one line and exit
 with status 2.
 """
@@ -14,10 +15,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedplat.cli import admin, certs, demo, gossip, ledger, monitor, run
+from fedplat.cli import (
+    admin,
+    certs,
+    demo,
+    export,
+    gossip,
+    ledger,
+    listing,
+    monitor,
+    run,
+)
 from fedplat.cli.common import CliError, setup_logging
 
-_COMMANDS = (run, demo, monitor, ledger, gossip, certs, admin)
+_COMMANDS = (run, demo, monitor, ledger, gossip, certs, admin, export, listing)
 DESCRIPTION = (
     "fedplat: federated learning with a gRPC coordinator, a client SDK, "
     "in-process simulation, a web monitor of runs, a tamper-evident contribution "

@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -59,3 +62,24 @@ def partition_arg(text: str) -> tuple[str, dict[str, Any]]:
             f"unknown partition {name!r}; use {PARTITION_HELP}"
         )
     return name, params
+
+
+APP_DIR_HELP = (
+    "folder to import the run's plug-ins from (model.factory, data.eval, metrics "
+    "given as 'package.module:fn'); the working directory is always importable"
+)
+
+
+def add_import_paths(app_dir: str | None) -> None:
+    """Make the working directory and ``app_dir`` importable, so a run file's
+    ``"package.module:fn"`` resolves without ``PYTHONPATH`` (the ``fedplat`` entry
+    point, unlike ``python -m``, does not put the working directory on the path)."""
+    paths = [os.getcwd()]
+    if app_dir is not None:
+        p = Path(app_dir)
+        if not p.is_dir():
+            raise CliError(f"--app-dir {app_dir} is not a directory")
+        paths.insert(0, str(p.resolve()))
+    for path in reversed(paths):
+        if path not in sys.path:
+            sys.path.insert(0, path)

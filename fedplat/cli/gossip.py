@@ -345,7 +345,7 @@ def _security_flags(n: argparse.ArgumentParser) -> None:
         "--state-dir",
         help="folder of this peer's identity key (default .fedplat/peers/ID)",
     )
-    sec.add_argument("--ca", help="CA certificate (PEM)")
+    sec.add_argument("--ca", help="CA certificate (PEM) of the deployment")
     sec.add_argument("--cert", help="this peer's certificate (`fedplat certs peer`)")
     sec.add_argument("--key", help="this peer's certificate key")
     sec.add_argument(
@@ -360,7 +360,13 @@ def _security_flags(n: argparse.ArgumentParser) -> None:
         help="seconds a signed message's timestamp may differ from this clock",
     )
     lim = n.add_argument_group("limits")
-    lim.add_argument("--max-model-mb", type=float, default=64.0)
+    lim.add_argument(
+        "--max-model-mb",
+        type=float,
+        default=64.0,
+        help="largest model (MiB) accepted from a peer (the layout's own bound "
+        "applies below it)",
+    )
     lim.add_argument(
         "--stream-idle",
         type=float,
@@ -381,31 +387,44 @@ def _security_flags(n: argparse.ArgumentParser) -> None:
 
 def _training_flags(n: argparse.ArgumentParser) -> None:
     t = n.add_argument_group("data and training (without --scenario)")
-    t.add_argument("--dataset", default="digits")
+    t.add_argument("--dataset", default="digits", help="bundled dataset to train on")
     t.add_argument(
         "--partition",
         default="iid",
         choices=("iid", "dirichlet", "shards", "label_sorted"),
+        help="how the dataset is split over the peers",
     )
     t.add_argument("--num-nodes", type=int, default=8, help="number of data shares")
     t.add_argument(
         "--partition-id", type=int, help="this peer's share (default: --id as a number)"
     )
-    t.add_argument("--model", default="mlp")
-    t.add_argument("--model-params", type=json_arg, default={"hidden": [32]})
-    t.add_argument("--rounds", type=int, default=20)
+    t.add_argument("--model", default="mlp", help="registered model")
+    t.add_argument(
+        "--model-params",
+        type=json_arg,
+        default={"hidden": [32]},
+        help="model keyword arguments as a JSON object",
+    )
+    t.add_argument("--rounds", type=int, default=20, help="gossip rounds")
     t.add_argument(
         "--rule",
         default="metropolis_hastings",
         help="mixing rule: metropolis_hastings, decavg, uniform, push_sum or noloco "
         "(fedplat.gossip.mixing.MIXING_RULES)",
     )
-    t.add_argument("--lr", type=float, default=0.1)
-    t.add_argument("--epochs", type=int, default=1)
-    t.add_argument("--batch-size", type=int, default=16)
-    t.add_argument("--compressor", default="identity")
-    t.add_argument("--compressor-params", type=json_arg, default={})
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--lr", type=float, default=0.1, help="local learning rate")
+    t.add_argument("--epochs", type=int, default=1, help="local epochs per round")
+    t.add_argument("--batch-size", type=int, default=16, help="local batch size")
+    t.add_argument(
+        "--compressor", default="identity", help="compressor of exchanged models"
+    )
+    t.add_argument(
+        "--compressor-params",
+        type=json_arg,
+        default={},
+        help="compressor parameters as a JSON object",
+    )
+    t.add_argument("--seed", type=int, default=0, help="data split and model seed")
 
 
 def _node_parser(gsub: Any) -> None:
@@ -434,7 +453,12 @@ def _node_parser(gsub: Any) -> None:
         default=0,
         help="link to peers learned from the seeds up to this many",
     )
-    n.add_argument("--bootstrap-timeout", type=float, default=60.0)
+    n.add_argument(
+        "--bootstrap-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the seed peers before starting anyway",
+    )
     n.add_argument("--threads", type=int, default=1, help="torch threads")
     _timing_flags(n)
     _security_flags(n)
@@ -466,7 +490,7 @@ def register(sub: Any) -> None:
     s.add_argument("--run-name", help="run name in the store (default: scenario)")
     s.add_argument("--output", help="write a JSON summary here")
     s.add_argument("--threads", type=int, default=1, help="torch threads")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_gossip_sim)
 
     r = gsub.add_parser(
@@ -474,11 +498,20 @@ def register(sub: Any) -> None:
         help="run a scenario as real peer processes over mutual TLS (CA, "
         "certificates, identity keys and membership made in --workdir)",
     )
-    r.add_argument("--scenario", required=True)
-    r.add_argument("--workdir", default="runs/gossip")
+    r.add_argument("--scenario", required=True, help="scenario file (.yaml, .toml)")
+    r.add_argument(
+        "--workdir",
+        default="runs/gossip",
+        help="folder for peer logs, certificates, identity keys and the membership",
+    )
     r.add_argument("--store", help="record the run in this store (URL or path)")
-    r.add_argument("--run-name")
-    r.add_argument("--timeout", type=float, default=600.0)
+    r.add_argument("--run-name", help="run name in the store (default: scenario)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="wall-clock limit (s) of the whole run; then every peer is stopped",
+    )
     r.add_argument(
         "--insecure",
         action="store_true",

@@ -101,6 +101,11 @@ def register(sub: Any) -> None:
         "--allow-unsigned", action="store_true", help="accept a ledger without key"
     )
     lv.set_defaults(func=cmd_ledger_verify)
-    le.add_argument("--format", choices=("csv", "json"), default="json")
+    le.add_argument(
+        "--format",
+        choices=("csv", "json"),
+        default="json",
+        help="csv, or json with a verification report",
+    )
     le.add_argument("--output", help="file to write (default: standard output)")
     le.set_defaults(func=cmd_ledger_export)

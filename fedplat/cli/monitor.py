@@ -78,7 +78,7 @@ def register(sub: Any) -> None:
     m.add_argument(
         "--db", help="store URL or SQLite path (default: $FEDPLAT_MONITOR_DB)"
     )
-    m.add_argument("--port", type=int, default=8501)
+    m.add_argument("--port", type=int, default=8501, help="port to serve on")
     m.add_argument("--address", default="127.0.0.1", help="interface to bind")
     m.add_argument(
         "--refresh", type=float, default=3.0, help="seconds between live refreshes"

@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedplat.cli.common import PARTITION_HELP, CliError, json_arg, partition_arg
+from fedplat.cli.common import (
+    APP_DIR_HELP,
+    PARTITION_HELP,
+    CliError,
+    add_import_paths,
+    json_arg,
+    partition_arg,
+)
 from fedplat.transport.errors import FedplatError
 
 log = logging.getLogger("fedplat.cli")
@@ -23,6 +30,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from fedplat.server.config import load_config
     from fedplat.store import StoreError
 
+    add_import_paths(args.app_dir)
     overrides: dict[str, Any] = {}
     if args.address:
         overrides.setdefault("server", {})["address"] = args.address
@@ -132,8 +140,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from fedplat.client import Client
     from fedplat.reference.clients import ReferenceSpec, reference_parts
     from fedplat.server.config import load_config
+    from fedplat.server.evaluation import build_model
     from fedplat.sim import simulate
 
+    add_import_paths(args.app_dir)
     cfg = load_config(args.config)
     partition, pparams = args.partition
     n = args.clients
@@ -142,8 +152,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         parts = reference_parts(
             ReferenceSpec(
                 dataset=cfg.data.dataset,
-                model=cfg.model.name,
-                model_params=cfg.model.params,
+                model=cfg.model.name or "mlp",
+                model_params=cfg.model.params if cfg.model.name else {},
                 num_partitions=n,
                 partition_id=i,
                 partition=partition,
@@ -151,9 +161,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 seed=cfg.run.seed,
             )
         )
+        # A model.factory run: the reference client trains the app's model on the
+        # bundled dataset (its inputs must fit the model).
+        model = parts.model if cfg.model.factory is None else build_model(cfg)
         return Client(
             None,
-            parts.model,
+            model,
             parts.train,
             num_examples=parts.num_examples,
             name=f"sim-{i}",
@@ -201,14 +214,15 @@ def register(sub: Any) -> None:
     """Add ``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
     c = sub.add_parser("coordinator", help="serve a run defined by a config file")
     c.add_argument("--config", required=True, help="run file (.toml, .yaml)")
-    c.add_argument("--address", help="override server.address")
-    c.add_argument("--db", help="override store.url")
+    c.add_argument("--address", help="override server.address (HOST:PORT)")
+    c.add_argument("--db", help="override store.url (SQLite path or database URL)")
+    c.add_argument("--app-dir", help=APP_DIR_HELP)
     c.set_defaults(func=cmd_coordinator)
 
     k = sub.add_parser(
         "client", help="a reference client training on one data partition"
     )
-    k.add_argument("--address", required=True)
+    k.add_argument("--address", required=True, help="coordinator HOST:PORT")
     k.add_argument("--insecure", action="store_true", help="plaintext gRPC (no TLS)")
     k.add_argument("--root-cert", help="PEM file of the CA that signed the server cert")
     k.add_argument("--cert", help="client certificate PEM (mutual TLS)")
@@ -219,21 +233,39 @@ def register(sub: Any) -> None:
         "a token on the command line is visible to every user through ps)",
     )
     k.add_argument("--token-file", help="file holding the enrolment token")
-    k.add_argument("--dataset", default="fashion_mnist")
-    k.add_argument("--model", default="mlp")
-    k.add_argument("--model-params", type=json_arg, default={})
+    k.add_argument(
+        "--dataset", default="fashion_mnist", help="bundled dataset to train on"
+    )
+    k.add_argument("--model", default="mlp", help="registered model (as the run's)")
+    k.add_argument(
+        "--model-params",
+        type=json_arg,
+        default={},
+        help="model keyword arguments as a JSON object, e.g. '{\"hidden\": [64]}'",
+    )
     _add_data_args(k)
-    k.add_argument("--num-partitions", type=int, default=10)
-    k.add_argument("--partition-id", type=int, required=True)
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--name")
-    k.add_argument("--state-dir")
+    k.add_argument(
+        "--num-partitions", type=int, default=10, help="clients the data is split over"
+    )
+    k.add_argument(
+        "--partition-id", type=int, required=True, help="this client's share, 0-based"
+    )
+    k.add_argument("--seed", type=int, default=0, help="partition and model seed")
+    k.add_argument("--name", help="client name (default client-PARTITION_ID)")
+    k.add_argument(
+        "--state-dir", help="folder keeping the client's identity across restarts"
+    )
     k.add_argument(
         "--attack",
         help="evaluation only: send a Byzantine update "
         "(sign_flip, gaussian, random, alie, ipm, mimic)",
     )
-    k.add_argument("--attack-params", type=json_arg, default={})
+    k.add_argument(
+        "--attack-params",
+        type=json_arg,
+        default={},
+        help="the attack's parameters as a JSON object",
+    )
     k.add_argument(
         "--label-flip",
         action="store_true",
@@ -250,8 +282,9 @@ def register(sub: Any) -> None:
     s = sub.add_parser(
         "sim", help="simulate N in-process clients through the round engine"
     )
-    s.add_argument("--config", required=True)
-    s.add_argument("--clients", type=int, default=10)
+    s.add_argument("--config", required=True, help="run file (.toml, .yaml)")
+    s.add_argument("--clients", type=int, default=10, help="in-process clients")
+    s.add_argument("--app-dir", help=APP_DIR_HELP)
     _add_data_args(s)
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_sim)

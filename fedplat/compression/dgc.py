@@ -23,10 +23,16 @@ The full recipe of the paper, re-implemented after reading the authors' code
 
 Tensors are sparsified one by one when a :class:`~fedplat.vectors.Layout` is
 given, and only those with more than one dimension (``train.py`` passes only
-``param.dim() > 1`` to the compressor); the others travel densely with momentum
-applied locally, which is what the reference's dense path does
-(``compensate(accumulate=False)``: ``u <- m u + g``, send ``u``). The same dense
-path runs when the density is 1, so ``ratio=1`` is exactly momentum SGD.
+``param.dim() > 1`` to the compressor) and at least ``min_sparse_numel`` entries:
+the layer-size threshold below which a tensor is sent dense (the reference code
+warns that a tensor of at most ``2 / ratio`` entries "transmits 1 gradient
+element"; the paper's exact threshold could not be checked here, so the default,
+1,024 entries = 4 KiB, is ours: every tensor of the large models the paper targets
+is far above it, while the output layer of a small classifier falls below it and
+keeps training, see ``docs/compression.md``, "DGC on small models"). The others
+travel densely with momentum applied locally, which is what the reference's dense
+path does (``compensate(accumulate=False)``: ``u <- m u + g``, send ``u``). The same
+dense path runs when the density is 1, so ``ratio=1`` is exactly momentum SGD.
 
 Weight decay stays out of the compressor: as in the reference ``DGCSGD``, it is
 applied locally by the optimizer and never sent.
@@ -60,6 +66,11 @@ __all__ = ["DGC", "PAPER_WARMUP_DENSITIES", "DGCState", "local_clip_norm"]
 # Sec. 3.3: sparsity 75%, 93.75%, 98.4375%, 99.6% during warm-up, i.e. density
 # 4^-1 .. 4^-4; the fifth level (99.9%) is the target ratio itself.
 PAPER_WARMUP_DENSITIES: tuple[float, ...] = (0.25, 0.0625, 0.015625, 0.00390625)
+
+# Tensors with fewer entries travel dense (the paper's layer-size threshold, see
+# the module docstring): at most 4 KiB each, and at the paper's 0.1% density such a
+# tensor would send a single entry per step, i.e. it would barely train.
+DEFAULT_MIN_SPARSE_NUMEL = 1024
 
 
 def local_clip_norm(global_clip_norm: float, num_workers: int) -> float:
@@ -159,6 +170,9 @@ class DGC:
     seed : int
         Seeds the sample positions in per-step mode (``encode`` uses its own
         ``seed``/``round``).
+    min_sparse_numel : int
+        Layer-size threshold: tensors with fewer entries are sent dense (with a
+        layout; without one, the whole vector).
     """
 
     def __init__(
@@ -178,6 +192,7 @@ class DGC:
         max_passes: int = 10,
         layout: Layout | None = None,
         seed: int = 0,
+        min_sparse_numel: int = DEFAULT_MIN_SPARSE_NUMEL,
     ) -> None:
         if not 0.0 < ratio <= 1.0:
             raise CompressionError(f"ratio must be in (0, 1], got {ratio}")
@@ -197,6 +212,8 @@ class DGC:
             raise CompressionError("bad max_passes or sample_ratio")
         if not 0 <= seed < 1 << 64:
             raise CompressionError("seed must be in [0, 2^64)")
+        if min_sparse_numel < 1:
+            raise CompressionError("min_sparse_numel must be >= 1")
         self.ratio = ratio
         self.momentum = momentum
         self.nesterov = nesterov
@@ -210,6 +227,7 @@ class DGC:
         self.max_passes = max_passes
         self.layout = layout
         self.seed = seed
+        self.min_sparse_numel = min_sparse_numel
         self.state = DGCState()
         self._segments: list[tuple[int, int, bool]] | None = None
 
@@ -263,10 +281,10 @@ class DGC:
     # --- core -------------------------------------------------------------------
     def _segments_for(self, d: int) -> list[tuple[int, int, bool]]:
         if self.layout is None:
-            return [(0, d, True)]
+            return [(0, d, d >= self.min_sparse_numel)]
         if self._segments is None:
             self._segments = [
-                (a, b, len(spec.shape) > 1)
+                (a, b, len(spec.shape) > 1 and b - a >= self.min_sparse_numel)
                 for spec, (a, b) in zip(
                     self.layout.specs, self.layout.offsets(), strict=True
                 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from fedplat.compression.base import CompressionError, Compressor
 from fedplat.compression.basic import FP16, Identity, TopK
-from fedplat.compression.dgc import DGC
+from fedplat.compression.dgc import DEFAULT_MIN_SPARSE_NUMEL, DGC
 from fedplat.compression.sketch import AMSSketch, CountSketch, GaussianSketch
 from fedplat.registry import Registry, accepted_params
 from fedplat.vectors import Layout
@@ -89,6 +89,7 @@ def _dgc(
     max_passes: int = 10,
     layout: Layout | Mapping[str, Any] | None = None,
     seed: int = 0,
+    min_sparse_numel: int = DEFAULT_MIN_SPARSE_NUMEL,
 ) -> Compressor:
     """DGC from config values: ``layout`` may be ``Layout.to_dict()`` output."""
     if isinstance(layout, Mapping):
@@ -110,6 +111,7 @@ def _dgc(
         max_passes=max_passes,
         layout=layout,
         seed=seed,
+        min_sparse_numel=min_sparse_numel,
         **extra,
     )
 

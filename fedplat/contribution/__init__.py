@@ -22,7 +22,7 @@ from fedplat.contribution.accountant import (
     ContributionError,
     ContributionStore,
     RoundContribution,
-    make_utility_from_accuracy,
+    make_utility_from_metric,
 )
 from fedplat.contribution.config import ContributionSection, FlagSection, GTGSection
 from fedplat.contribution.ledger import (
@@ -90,7 +90,7 @@ __all__ = [
     "load_or_create_signing_key",
     "load_public_key",
     "load_signing_key",
-    "make_utility_from_accuracy",
+    "make_utility_from_metric",
     "public_key_pem",
     "register_scorer",
     "reward_shares",

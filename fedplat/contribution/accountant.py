@@ -66,6 +66,7 @@ from fedplat.contribution.utility import (
     UtilityError,
     UtilityFn,
 )
+from fedplat.metrics import LOWER_IS_BETTER
 from fedplat.security.keys import key_id
 
 log = logging.getLogger("fedplat.contribution")
@@ -752,16 +753,22 @@ def _payload(e: StoredEntry) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def make_utility_from_accuracy(
-    evaluate: Callable[[torch.Tensor], Any],
+def make_utility_from_metric(
+    evaluate: Callable[[torch.Tensor], Any], metric: str = "accuracy"
 ) -> UtilityFn:
-    """Adapt an evaluator returning an object with ``.accuracy`` (such as the
-    coordinator's ``Evaluator``) to a utility function; NaN becomes an error."""
+    """Adapt an evaluator to a utility function: the named value of its result.
+
+    ``evaluate(weights)`` returns an object with ``value(name) -> float`` (the
+    coordinator's ``Evaluator`` does). Values where lower is better
+    (:data:`fedplat.metrics.LOWER_IS_BETTER`: loss, MAE, ...) are negated, so a
+    larger utility is always a better model. NaN becomes an error.
+    """
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
 
     def utility(weights: torch.Tensor) -> float:
-        acc = float(evaluate(weights).accuracy)
-        if math.isnan(acc):
-            raise UtilityError("the held-out set is empty")
-        return acc
+        value = float(evaluate(weights).value(metric))
+        if math.isnan(value):
+            raise UtilityError(f"utility {metric!r} is NaN (empty held-out set?)")
+        return sign * value
 
     return utility

@@ -8,6 +8,7 @@ Example (YAML)::
       primary: gtg_shapley
       every: 1                 # value coalitions on rounds 1, 1 + every, ...
       budget: 1000.0
+      utility: accuracy        # or loss, auc, f1, mae, ... (a value of the evaluation)
       utility_max_examples: 2000
       key_path: runs/ledger_ed25519.pem
       gtg: {round_truncation: 0.01, within_truncation: 0.001}
@@ -90,6 +91,11 @@ class ContributionSection(Strict):
         Seeds GTG-Shapley's permutations (with the round number).
     exact_max_clients
         ``exact_shapley`` is skipped on rounds with more clients (``2**n`` cost).
+    utility
+        The evaluation value a coalition's utility is (``accuracy``, ``loss``, or
+        any value of ``evaluation.metrics`` such as ``auc`` or ``mae``); values
+        where lower is better (``loss``, ``mae``, ``mse``, ``rmse``) are negated so
+        that a larger utility is always a better model.
     utility_max_examples
         Advice to the coordinator: evaluate coalitions on at most this many
         held-out examples (``None``: the whole held-out set).
@@ -105,6 +111,7 @@ class ContributionSection(Strict):
     budget: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
     seed: int = 0
     exact_max_clients: int = Field(default=10, ge=1, le=EXACT_MAX_CLIENTS)
+    utility: str = Field(default="accuracy", min_length=1)
     utility_max_examples: int | None = Field(default=2000, ge=1)
     key_path: str | None = "runs/ledger_ed25519.pem"
     gtg: GTGSection = GTGSection()

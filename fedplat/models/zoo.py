@@ -254,13 +254,63 @@ def create_model(
     factory = resolve_model_factory(name)
     _check_params(factory, name, params)
     shape = tuple(int(s) for s in input_shape)
+    return _seeded_build(name, factory, seed, shape, num_classes, **params)
+
+
+def build_from_factory(
+    spec: str,
+    params: dict[str, Any] | None = None,
+    *,
+    seed: int | None = None,
+    input_shape: Sequence[int] | None = None,
+    num_classes: int | None = None,
+) -> nn.Module:
+    """Build an app's model from its factory ``"package.module:fn"``.
+
+    The public plug-in of run files (``model.factory``): ``fn(**params)``, with
+    ``input_shape`` and ``num_classes`` added when ``fn``'s signature names them
+    (and ``params`` does not set them).
+
+    Raises
+    ------
+    ModelSpecError
+        Unimportable path, a keyword ``fn`` does not take, a declared
+        ``input_shape``/``num_classes`` that nobody can supply, or a result that
+        is not an ``nn.Module``.
+    """
+    factory = resolve_model_factory(spec)
+    kwargs = dict(params or {})
+    names = accepted_params(factory)
+    if names is not None:
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise ModelSpecError(
+                f"model factory {spec!r} does not take {unknown}; it accepts {names}"
+            )
+    context: dict[str, Any] = {"input_shape": input_shape, "num_classes": num_classes}
+    for key, value in context.items():
+        if names is None or key not in names or key in kwargs:
+            continue
+        if value is None:
+            raise ModelSpecError(
+                f"model factory {spec!r} takes {key}: set model.{key} in the run file"
+            )
+        kwargs[key] = tuple(int(s) for s in value) if key == "input_shape" else value
+    return _seeded_build(spec, factory, seed, **kwargs)
+
+
+def _seeded_build(
+    name: str, factory: ModelFactory, seed: int | None, *args: Any, **kwargs: Any
+) -> nn.Module:
+    """``factory(*args, **kwargs)`` with the CPU RNG seeded by ``seed`` (forked and
+    restored, so the caller's stream is not disturbed), checked to be a module."""
     if seed is None:
-        model = factory(shape, num_classes, **params)
+        model = factory(*args, **kwargs)
     else:
         # devices=[]: fork only the CPU generator (no CUDA initialisation).
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = factory(shape, num_classes, **params)
+            model = factory(*args, **kwargs)
     if not isinstance(model, nn.Module):
         raise TypeError(
             f"model factory {name!r} returned {type(model).__name__}, not nn.Module"

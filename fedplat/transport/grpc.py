@@ -76,6 +76,7 @@ class GrpcConnection:
         self._client_id = ""
         self._token = ""
         self._chunk = opts.chunk_bytes
+        self._connected = False  # some call has succeeded on this channel
 
     def _md(self) -> tuple[tuple[str, str], ...]:
         if not self._client_id:
@@ -84,9 +85,14 @@ class GrpcConnection:
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:
-            return fn()
+            out = fn()
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, plaintext=self.opts.insecure) from None
+            # A plaintext connection closed before any call ever succeeded is
+            # what a TLS-only coordinator does to it: say so.
+            hint = self.opts.insecure and not self._connected
+            raise error_from_rpc(exc, plaintext=hint) from None
+        self._connected = True
+        return out
 
     def challenge(self, client_id: str) -> Challenge:
         msg = pb.ChallengeRequest(client_id=client_id)

@@ -12,7 +12,7 @@ from fedplat.models import create_model
 
 
 def main() -> None:
-    address, seconds = sys.argv[1], float(sys.argv[2])
+    address, seconds, token = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     model = create_model("mlp", (1, 8, 8), 10, hidden=(64,))
 
     def train(model: torch.nn.Module, config: object) -> FitResult:
@@ -20,7 +20,15 @@ def main() -> None:
         time.sleep(seconds)
         return FitResult(10)
 
-    Client(address, model, train, num_examples=10, name="slow", insecure=True).run()
+    Client(
+        address,
+        model,
+        train,
+        num_examples=10,
+        name="slow",
+        insecure=True,
+        enrolment_token=token,
+    ).run()
 
 
 if __name__ == "__main__":

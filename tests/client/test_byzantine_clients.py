@@ -17,7 +17,14 @@ from fedplat.sim import simulate
 from fedplat.store import Store
 from fedplat.transport.health import wait_healthy
 from fedplat.transport.messages import Task, TaskKind, UploadAck
-from tests.support import Procs, digits_client, run_config, wait_for, write_config
+from tests.support import (
+    Procs,
+    digits_client,
+    issue_tokens,
+    run_config,
+    wait_for,
+    write_config,
+)
 
 
 def test_attack_layer_without_coalition_flips_own_update() -> None:
@@ -96,8 +103,9 @@ def test_grpc_run_with_attacker_stores_krum_flags(tmp_path: Path, procs: Procs) 
     address = cfg["server"]["address"]
     coord = procs.coordinator(write_config(tmp_path, cfg))
     wait_healthy(address, 180)
+    tokens = issue_tokens(cfg, 5)
     for i in range(4):
-        procs.client(address, i, 5)
+        procs.client(address, i, 5, token=tokens[i])
     procs.client(
         address,
         4,
@@ -108,6 +116,7 @@ def test_grpc_run_with_attacker_stores_krum_flags(tmp_path: Path, procs: Procs) 
         '{"scale": 20.0}',
         "--name",
         "attacker",
+        token=tokens[4],
     )
     wait_for(lambda: coord.poll() is not None, 300, "the run to finish", procs=procs)
     assert coord.returncode == 0, procs.log("coordinator")
@@ -118,7 +127,7 @@ def test_grpc_run_with_attacker_stores_krum_flags(tmp_path: Path, procs: Procs) 
     for rnd in (1, 2):
         parts = {names[p.client_id]: p for p in store.list_participations(run.id, rnd)}
         bad = parts["attacker"]
-        assert bad.flags["selected"] is False and "excluded" in bad.flags["flags"]
+        assert bad.verdict.selected is False and "excluded" in bad.verdict.flags
         assert bad.weight == 0.0
-        assert sum(p.flags["selected"] for p in parts.values()) == 1  # Krum picks one
+        assert sum(bool(p.verdict.selected) for p in parts.values()) == 1  # Krum
     store.close()

@@ -150,12 +150,16 @@ def test_registry_builds_dgc_from_config_values() -> None:
         layout=layout.to_dict(),
         warmup_densities=[0.5],
         nesterov=True,
+        min_sparse_numel=100,  # the 10x10 matrix is just large enough to sparsify
     )
     p = c.encode(torch.randn(110), round=0, seed=0)
     # All 10 bias entries + 0.8k..k of the 50 picked from the matrix.
     assert p.indices is not None
     assert torch.equal(p.indices[-10:], torch.arange(100, 110))
     assert 40 + 10 <= p.nnz <= 50 + 10
+    # By default a tensor under 1,024 entries travels dense (layer-size threshold).
+    small = create_compressor("dgc", ratio=0.01, layout=layout.to_dict())
+    assert small.encode(torch.randn(110), round=9, seed=0).nnz == 110
     wrapped = create_compressor("fp16", inner="dgc", inner_params={"ratio": 0.5})
     assert isinstance(wrapped, FP16)
 

@@ -339,3 +339,24 @@ def test_layout_reaches_a_dgc_inside_the_fp16_wrapper() -> None:
         assert torch.count_nonzero(dense[:5000]) <= 50, name
     # A layout set explicitly in the params wins; a factory without one ignores it.
     create_compressor("topk", layout=layout, ratio=0.1)
+
+
+def test_tensors_under_the_size_threshold_go_dense_with_local_momentum() -> None:
+    # Lin et al. 2018: small layers are not worth sparsifying. A 4x4 matrix under
+    # min_sparse_numel=20 behaves like a bias (dense, u <- m u + g sent); the 8x8
+    # matrix above it is sparsified to ceil(64 * 0.1) = 7 entries.
+    from fedplat.vectors import Layout, TensorSpec
+
+    layout = Layout((TensorSpec("small", (4, 4)), TensorSpec("big", (8, 8))))
+    dgc = DGC(
+        0.1, momentum=0.5, warmup_densities=(), layout=layout, min_sparse_numel=20
+    )
+    g = torch.arange(1.0, 81.0)
+    first = dgc.encode(g, round=1, seed=0)
+    assert first.indices is not None
+    assert torch.equal(first.indices[:16], torch.arange(16))
+    assert first.nnz == 16 + 7
+    second = dgc.encode(g, round=2, seed=0)
+    assert torch.allclose(second.values[:16], 1.5 * g[:16])  # u = 0.5 g + g
+    with pytest.raises(CompressionError, match="min_sparse_numel"):
+        DGC(0.1, min_sparse_numel=0)

@@ -9,7 +9,7 @@ import yaml
 
 from fedplat.store import Store
 from fedplat.transport.health import wait_healthy
-from tests.support import REPO, Procs, free_port, wait_for
+from tests.support import REPO, Procs, free_port, issue_tokens, wait_for
 
 pytestmark = pytest.mark.integration  # starts real processes
 
@@ -25,6 +25,9 @@ def test_edge_app_example(tmp_path: Path, procs: Procs) -> None:
     path.write_text(yaml.safe_dump(cfg))
     coord = procs.coordinator(path)
     wait_healthy(address, 180)
+    tokens = issue_tokens(cfg, 4)
+    for i, t in enumerate(tokens):
+        (tmp_path / f"token-{i}").write_text(t)
     apps = [
         procs.start(
             f"edge-{i}",
@@ -35,6 +38,10 @@ def test_edge_app_example(tmp_path: Path, procs: Procs) -> None:
                 "--insecure",
                 "--shard",
                 str(i),
+                "--token-file",
+                str(tmp_path / f"token-{i}"),
+                "--state-dir",
+                str(tmp_path / f"edge-{i}"),
             ],
         )
         for i in range(4)

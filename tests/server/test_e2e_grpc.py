@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from fedplat.store import Store
+from fedplat.store.check import check_store
 from fedplat.transport.health import wait_healthy
-from tests.support import Procs, run_config, wait_for, write_config
+from tests.support import Procs, issue_tokens, run_config, wait_for, write_config
 
 pytestmark = pytest.mark.integration  # starts real processes
 
@@ -18,7 +19,8 @@ def test_four_client_processes_three_rounds(tmp_path: Path, procs: Procs) -> Non
     address = cfg["server"]["address"]
     coord = procs.coordinator(write_config(tmp_path, cfg))
     wait_healthy(address, 180)
-    clients = [procs.client(address, i, 4) for i in range(4)]
+    tokens = issue_tokens(cfg, 4)
+    clients = [procs.client(address, i, 4, token=tokens[i]) for i in range(4)]
     wait_for(lambda: coord.poll() is not None, 240, "the run to finish", procs=procs)
     assert coord.returncode == 0, procs.log("coordinator")
     for c in clients:  # clients hear FINISHED and exit cleanly
@@ -43,6 +45,7 @@ def test_four_client_processes_three_rounds(tmp_path: Path, procs: Procs) -> Non
     )
     # 1797 digits, 80% train split over 4 partitions
     assert sum(p.num_examples for p in parts if p.round_number == 1) == 1437
+    assert check_store(store) == []
     assert len(store.list_clients(run.id)) == 4
     assert all(Path(r.checkpoint_path).exists() for r in rounds[-1:])
     store.close()

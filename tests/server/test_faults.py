@@ -3,6 +3,7 @@ restarted."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from fedplat.store import Store
+from fedplat.store.check import check_store
 from fedplat.transport.health import wait_healthy
-from tests.support import REPO, Procs, run_config, wait_for, write_config
+from tests.support import REPO, Procs, issue_tokens, run_config, wait_for, write_config
 
 pytestmark = pytest.mark.integration  # starts real processes
 
@@ -36,11 +38,12 @@ def test_client_killed_mid_round_does_not_stall_past_deadline(
     coord = procs.coordinator(write_config(tmp_path, cfg))
     wait_healthy(address, 180)
     # The slow client enrols first, so it is live when round 1 selects all four.
+    tokens = issue_tokens(cfg, 4)
     slow = procs.start(
-        "slow", [str(REPO / "tests/apps/slow_client.py"), address, "600"]
+        "slow", [str(REPO / "tests/apps/slow_client.py"), address, "600", tokens[3]]
     )
     for i in range(3):
-        procs.client(address, i, 3)
+        procs.client(address, i, 3, token=tokens[i])
     wait_for(
         lambda: "training started" in procs.log("slow"),
         180,
@@ -81,7 +84,8 @@ def test_coordinator_sigkill_restart_resumes_from_last_round(
     cfg_path = write_config(tmp_path, cfg)
     coord = procs.coordinator(cfg_path)
     wait_healthy(address, 180)
-    clients = [procs.client(address, i, 3) for i in range(3)]
+    tokens = issue_tokens(cfg, 3)
+    clients = [procs.client(address, i, 3, token=tokens[i]) for i in range(3)]
     store = _store(cfg)
 
     def completed() -> int:
@@ -114,7 +118,9 @@ def test_coordinator_sigkill_restart_resumes_from_last_round(
     # the run continued from the stored model (no restart from scratch).
     assert store.get_round(run.id, done_before).accuracy == acc_before
     assert rounds[-1].accuracy > rounds[0].accuracy
-    assert "re-enrolling" in procs.log("client-0") or "unavailable" in procs.log(
-        "client-0"
-    )
+    log0 = procs.log("client-0")
+    assert "unavailable" in log0.lower()  # it saw the coordinator go away
+    ids = re.findall(r"enrolled in run test as (\w+)", log0)
+    assert len(ids) == 2 and ids[0] == ids[1]  # and came back as itself
+    assert check_store(store) == []
     store.close()

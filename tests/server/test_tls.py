@@ -1,144 +1,123 @@
-"""TLS and mutual TLS between the client SDK and the coordinator (certs made here)."""
+"""TLS + tokens and mutual TLS between the SDK and the coordinator (certificates
+made with ``fedplat certs``)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 from pathlib import Path
 
+import grpc
 import pytest
 import torch
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from fedplat.client import Backoff, Client, FitResult
-from fedplat.server.app import Coordinator
+from fedplat.server.app import BackgroundServer
 from fedplat.server.config import parse_config
 
 from fedplat.models import create_model
-from tests.support import free_port, run_config, wait_for
+from fedplat.security.certs import create_ca, issue
+from fedplat.store import Store
+from fedplat.store.check import check_store
+from fedplat.testing.protocol import RawClient
+from fedplat.transport.errors import FedplatError, TlsError
+from tests.support import free_port, issue_tokens, run_config, wait_for
 
-pytestmark = pytest.mark.integration  # starts real processes
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _cert(
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: str,
-    issuer_key: ec.EllipticCurvePrivateKey,
-    *,
-    ca: bool,
-) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
-    b = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(_name(issuer))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        b = b.add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                ]
-            ),
-            critical=False,
-        )
-    return b.sign(issuer_key, hashes.SHA256())
+pytestmark = pytest.mark.integration  # real sockets, TLS handshakes
 
 
-def _pem(obj: object) -> bytes:
-    if isinstance(obj, x509.Certificate):
-        return obj.public_bytes(serialization.Encoding.PEM)
-    assert isinstance(obj, ec.EllipticCurvePrivateKey)
-    return obj.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    create_ca(d)
+    issue(d, "server", server=True)
+    issue(d, "client-0", server=False)
+    issue(d, "client-1", server=False)
+    return d
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> dict[str, bytes | Path]:
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("fedplat test CA", ca_key, "fedplat test CA", ca_key, ca=True)
-    srv_key = ec.generate_private_key(ec.SECP256R1())
-    srv = _cert("localhost", srv_key, "fedplat test CA", ca_key, ca=False)
-    cli_key = ec.generate_private_key(ec.SECP256R1())
-    cli = _cert("client-0", cli_key, "fedplat test CA", ca_key, ca=False)
-    out: dict[str, bytes | Path] = {
-        "ca": _pem(ca),
-        "cli_key": _pem(cli_key),
-        "cli_cert": _pem(cli),
-    }
-    for name, data in (
-        ("ca.pem", _pem(ca)),
-        ("srv.pem", _pem(srv)),
-        ("srv.key", _pem(srv_key)),
-    ):
-        (tmp_path / name).write_bytes(data)
-        out[name] = tmp_path / name
-    return out
-
-
-def _client(address: str, name: str, **tls: bytes | None) -> Client:
+def _client(address: str, name: str, **kw: object) -> Client:
     model = create_model("mlp", (1, 8, 8), 10, hidden=(64,))
 
     def train(m: torch.nn.Module, config: object) -> FitResult:
         return FitResult(3)
 
     return Client(
-        address,
-        model,
-        train,
-        num_examples=3,
-        name=name,
-        backoff=Backoff(base=0.1, cap=0.3),
-        poll_seconds=1,
-        give_up_after=3.0,
-        **tls,
-    )  # type: ignore[arg-type]
+        address, model, train, num_examples=3, name=name,
+        backoff=Backoff(base=0.1, cap=0.3), poll_seconds=1, give_up_after=5.0,
+        **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
-@pytest.mark.parametrize("mutual", [False, True])
-def test_tls_round_trip_and_refusals(tmp_path: Path, pki: dict, mutual: bool) -> None:
-    address = f"127.0.0.1:{free_port()}"
-    tls = {"cert": str(pki["srv.pem"]), "key": str(pki["srv.key"])}
+def _serve(tmp: Path, pki: Path, mutual: bool) -> tuple[BackgroundServer, dict]:
+    address = f"localhost:{free_port()}"
+    tls = {"cert": str(pki / "server.pem"), "key": str(pki / "server.key")}
     if mutual:
-        tls["client_ca"] = str(pki["ca.pem"])
-    raw = run_config(tmp_path, rounds=1, clients=1, address=address)
+        tls["client_ca"] = str(pki / "ca.pem")
+    raw = run_config(tmp, rounds=1, clients=1, address=address)
     raw["server"] = {"address": address, "tls": tls}
-    coord = Coordinator(parse_config(raw))
-    coord.start()
+    return BackgroundServer(parse_config(raw)).start(), raw
+
+
+def test_tls_with_tokens(tmp_path: Path, pki: Path) -> None:
+    srv, raw = _serve(tmp_path, pki, mutual=False)
+    address = raw["server"]["address"]
+    ca = (pki / "ca.pem").read_bytes()
     try:
-        creds = {"root_certificates": pki["ca"]}
-        if mutual:
-            creds |= {
-                "private_key": pki["cli_key"],
-                "certificate_chain": pki["cli_cert"],
-            }
-        good = _client(address, "good", **creds)
+        (token,) = issue_tokens(raw, 1)
+        good = _client(address, "good", root_certificates=ca, enrolment_token=token)
         good.start()
-        wait_for(lambda: coord.engine.finished, 60, "the TLS round")
+        wait_for(lambda: srv.coord.finished, 60, "the TLS round")
         good.stop()
-        # A client that does not trust the server's CA cannot connect at all.
-        stranger = _client(address, "stranger")
-        with pytest.raises(ConnectionError):
-            stranger.run()
-        if mutual:  # trusting the server is not enough without a client cert
-            no_cert = _client(address, "no-cert", root_certificates=pki["ca"])
-            with pytest.raises(ConnectionError):
-                no_cert.run()
+        # A client that does not trust the server's CA stops at once, saying why.
+        with pytest.raises(TlsError, match="does not verify"):
+            _client(address, "stranger").run()
+        # A plaintext client is told what is wrong instead of retrying forever.
+        plain = _client(address, "plain", insecure=True)
+        with pytest.raises(ConnectionError, match="serves TLS"):
+            plain.run()
+        # Trusting the CA is not admission: without a token, refused.
+        with pytest.raises(FedplatError, match="enrolment token"):
+            _client(address, "no-token", root_certificates=ca).run()
     finally:
-        coord.stop(grace=0)
+        srv.stop()
+    assert check_store(Store(raw["store"]["url"], migrate=False)) == []
+
+
+def test_mutual_tls_binds_the_client_to_its_certificate(
+    tmp_path: Path, pki: Path
+) -> None:
+    srv, raw = _serve(tmp_path, pki, mutual=True)
+    address = raw["server"]["address"]
+    ca = (pki / "ca.pem").read_bytes()
+
+    def creds(name: str) -> dict[str, bytes]:
+        return {
+            "root_certificates": ca,
+            "private_key": (pki / f"{name}.key").read_bytes(),
+            "certificate_chain": (pki / f"{name}.pem").read_bytes(),
+        }
+
+    try:
+        good = _client(address, "good", **creds("client-0"))  # no token: the cert
+        good.start()
+        wait_for(lambda: srv.coord.finished, 60, "the mTLS round")
+        good.stop()
+        c = creds("client-0")
+        channel = grpc.ssl_channel_credentials(
+            c["root_certificates"], c["private_key"], c["certificate_chain"]
+        )
+        # The same certificate cannot enrol under another client id ...
+        twin = RawClient(address, srv.coord.layout, credentials=channel)
+        with pytest.raises(grpc.RpcError) as info:
+            twin.enroll(client_id="someone-else")
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        # ... and enrolling with it again is the same client, not a new one.
+        twin.enroll()
+        assert twin.client_id == good.client_id
+        # Trusting the server is not enough without a client certificate.
+        with pytest.raises((ConnectionError, TlsError)):
+            _client(address, "no-cert", root_certificates=ca).run()
+    finally:
+        srv.stop()
+    store = Store(raw["store"]["url"], migrate=False)
+    run = store.get_run_by_name("test")
+    assert run is not None and len(store.list_clients(run.id)) == 1
+    assert check_store(store) == []

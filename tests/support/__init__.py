@@ -9,6 +9,7 @@ from tests.support.configs import (
     run_config,
     write_config,
 )
+from tests.support.plain_torch import run_without_fedplat
 from tests.support.procs import Procs, wait_for
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "free_port",
     "issue_tokens",
     "run_config",
+    "run_without_fedplat",
     "wait_for",
     "write_config",
 ]

@@ -51,8 +51,14 @@ class Procs:
         )
 
     def client(
-        self, address: str, i: int, n: int, *extra: str
+        self, address: str, i: int, n: int, *extra: str, token: str | None = None
     ) -> subprocess.Popen[bytes]:
+        """Reference client ``i`` of ``n`` on digits (``token``: its enrolment
+        token, handed over in a file as an operator would)."""
+        if token is not None:
+            path = self.logdir / f"token-{i}"
+            path.write_text(token)
+            extra = (*extra, "--token-file", str(path))
         return self.start(
             f"client-{i}",
             [

@@ -25,7 +25,15 @@ import pytest
 
 from fedplat.store import Store
 from fedplat.transport.health import wait_healthy
-from tests.support import REPO, Procs, free_port, run_config, wait_for, write_config
+from tests.support import (
+    REPO,
+    Procs,
+    free_port,
+    issue_tokens,
+    run_config,
+    wait_for,
+    write_config,
+)
 
 CHROMIUM = shutil.which("chromium")
 ROUNDS = 3
@@ -156,8 +164,9 @@ def test_monitor_follows_a_live_run_in_chromium(
     current.wait_for(timeout=60_000)
     assert f"0 / {ROUNDS}" in current.inner_text()  # no client yet
 
+    tokens = issue_tokens(cfg, CLIENTS)
     for i in range(CLIENTS):
-        procs.client(address, i, CLIENTS)
+        procs.client(address, i, CLIENTS, token=tokens[i])
     # Same page, no reload: the live fragment must bring every round in.
     sync_api.expect(current).to_contain_text(f"{ROUNDS} / {ROUNDS}", timeout=300_000)
 

@@ -1,0 +1,185 @@
+"""Export a run's model as a file plain torch (or onnxruntime) loads without fedplat.
+
+The model comes from the checkpoint the store recorded for the chosen round (the
+last completed round, the best evaluated one, or a given number); the file's
+SHA-256 is checked against the store before it is read. Formats:
+
+* ``safetensors``: the named tensors of the model's ``state_dict`` (floating
+  entries, i.e. everything that was trained), read with
+  ``safetensors.torch.load_file``; run name and round in the metadata;
+* ``torch``: the same ``state_dict`` written by ``torch.save``, loadable with
+  torch's ``load`` with ``weights_only=True`` (no code is unpickled);
+* ``onnx``: the model itself, built from the run's stored config by the same
+  factory the coordinator used, with a dynamic batch dimension (input ``input``,
+  output ``output``); needs ``pip install 'fedplat[export]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from fedplat.store import RoundRecord, RunRecord, Store
+from fedplat.vectors import Layout, LayoutError, load_vector, unflatten
+
+FORMATS = ("safetensors", "torch", "onnx")
+
+
+class ExportError(ValueError):
+    """No such round or checkpoint, a checkpoint that fails its check, a bad format."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_model` wrote."""
+
+    path: Path
+    format: str
+    run_name: str
+    round: int
+    accuracy: float | None
+    loss: float | None
+    num_tensors: int
+    checkpoint_sha256: str
+
+
+def pick_round(
+    store: Store, run: RunRecord, *, number: int | None = None, best: bool = False
+) -> RoundRecord:
+    """The completed round to export: ``number``, the best evaluated one (highest
+    accuracy, or lowest loss where no accuracy was measured), or the last one."""
+    done = [r for r in store.list_rounds(run.id) if r.status == "completed"]
+    if not done:
+        raise ExportError(f"run {run.name!r} has no completed round")
+    if number is not None:
+        for r in done:
+            if r.number == number:
+                return r
+        raise ExportError(
+            f"round {number} of run {run.name!r} is not a completed round "
+            f"(completed: {done[0].number}..{done[-1].number})"
+        )
+    if not best:
+        return done[-1]
+    with_acc = [r for r in done if r.accuracy is not None]
+    if with_acc:  # max keeps the earliest of equal accuracies
+        return max(with_acc, key=lambda r: r.accuracy or 0.0)
+    with_loss = [r for r in done if r.loss is not None]
+    if not with_loss:
+        raise ExportError(f"run {run.name!r} has no evaluated round to call best")
+    return min(with_loss, key=lambda r: r.loss or 0.0)
+
+
+def checkpoint_state(
+    run: RunRecord, rec: RoundRecord
+) -> tuple[dict[str, torch.Tensor], Layout]:
+    """The named tensors of round ``rec``'s checkpoint, verified against the store
+    (SHA-256 and the run's layout)."""
+    from fedplat.server.checkpoint import CheckpointError, load_checkpoint
+
+    if rec.checkpoint_path is None or rec.checkpoint_sha256 is None:
+        raise ExportError(f"round {rec.number} of run {run.name!r} has no checkpoint")
+    if not Path(rec.checkpoint_path).is_file():
+        raise ExportError(
+            f"the checkpoint of round {rec.number} is gone ({rec.checkpoint_path}): "
+            "the coordinator keeps only the newest checkpoints.keep_last rounds"
+        )
+    try:
+        layout = Layout.from_dict(run.layout)
+        ckpt = load_checkpoint(
+            rec.checkpoint_path,
+            expected_sha256=rec.checkpoint_sha256,
+            expected_layout=layout,
+        )
+    except (CheckpointError, LayoutError) as exc:
+        raise ExportError(str(exc)) from None
+    state = {
+        k: v.clone().contiguous() for k, v in unflatten(ckpt.weights, layout).items()
+    }
+    return state, layout
+
+
+def _onnx(run: RunRecord, weights: torch.Tensor, layout: Layout, out: Path) -> None:
+    try:
+        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
+    except ImportError:
+        raise ExportError(
+            "ONNX export needs the export extra: pip install 'fedplat[export]'"
+        ) from None
+    from fedplat.server.config import ConfigError, parse_config
+    from fedplat.server.evaluation import build_model, load_eval_data
+
+    try:
+        cfg = parse_config(run.config, f"the stored config of run {run.name!r}")
+        data = load_eval_data(cfg)
+        model = build_model(cfg, data)
+        x, _ = data.first(2)
+    except ConfigError as exc:
+        raise ExportError(f"cannot rebuild the model for ONNX: {exc}") from None
+    load_vector(model, weights, layout)
+    model.eval()
+    batch = torch.export.Dim("batch")
+    # The exporter reports its progress on stdout: keep the CLI's output clean.
+    with contextlib.redirect_stdout(io.StringIO()):
+        program = torch.onnx.export(
+            model,
+            (x,),
+            dynamo=True,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_shapes=({0: batch},),
+            verbose=False,
+        )
+    if program is None:
+        raise ExportError("the ONNX exporter returned nothing")
+    program.save(str(out))
+
+
+def export_model(
+    store: Store,
+    run_ref: str,
+    fmt: str,
+    out: str | Path,
+    *,
+    number: int | None = None,
+    best: bool = False,
+) -> ExportResult:
+    """Write run ``run_ref``'s model (name or id) to ``out`` in format ``fmt``."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    run = store.get_run(run_ref) or store.get_run_by_name(run_ref)
+    if run is None:
+        raise ExportError(f"no run named or with id {run_ref!r}")
+    rec = pick_round(store, run, number=number, best=best)
+    state, layout = checkpoint_state(run, rec)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"run": run.name, "round": str(rec.number)}
+    if fmt == "safetensors":
+        save_file(state, str(path), metadata=meta)
+    elif fmt == "torch":
+        torch.save(state, path)
+    else:
+        from fedplat.vectors import flatten
+
+        _onnx(run, flatten(state, layout), layout, path)
+    assert rec.checkpoint_sha256 is not None  # checked by checkpoint_state
+    return ExportResult(
+        path,
+        fmt,
+        run.name,
+        rec.number,
+        rec.accuracy,
+        rec.loss,
+        len(state),
+        rec.checkpoint_sha256,
+    )
+
+
+__all__ = ["FORMATS", "ExportError", "ExportResult", "export_model", "pick_round"]
