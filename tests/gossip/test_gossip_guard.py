@@ -88,9 +88,9 @@ def test_membership_file_is_validated_and_round_trips(tmp_path: Path) -> None:
     text = str(info.value)
     for needle in (
         "invalid membership m.yaml:",
-        "members.0.id: Value error, node id 'a_b'",
+        "members.0.id: node id 'a_b'",
         "members.1.public_key: String should match pattern",
-        "members.2.address: Value error, address 'nowhere' is not host:port",
+        "members.2.address: address 'nowhere' is not host:port",
         "members.3.colour: Extra inputs are not permitted",
     ):
         assert needle in text, text
