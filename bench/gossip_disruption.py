@@ -1,4 +1,4 @@
-"""Disrupted peer-to-peer learning (Palmieri et al. 2023; ALGORITHMS.md section 4).
+"""Disrupted peer-to-peer learning (Palmieri et al. 2023).
 
 Fashion-MNIST, Barabasi-Albert graph N = 100, m = 2, IID shares (600 examples per
 node), 1 local epoch of SGD per round, DecAvg mixing, 60 rounds. After round 20

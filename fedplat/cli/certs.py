@@ -9,7 +9,7 @@ from fedplat.cli.common import CliError
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from fedplat.security.certs import CA_CERT, CertError, create_ca, issue
+    from fedplat.security.certs import CA_CERT, CertError, create_ca, issue, issue_peer
 
     try:
         if args.certs_command == "ca":
@@ -23,6 +23,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
                     sans=tuple(args.san),
                     days=args.days,
                 )
+            ]
+        elif args.certs_command == "peer":
+            made = [
+                issue_peer(args.dir, n, sans=tuple(args.san), days=args.days)
+                for n in args.name
             ]
         elif args.certs_command == "client":
             names = (
@@ -51,7 +56,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``fedplat certs ca|server|client|init``."""
+    """Add ``fedplat certs ca|server|client|peer|init``."""
     c = sub.add_parser(
         "certs", help="make a CA and server/client certificates for TLS and mTLS"
     )
@@ -63,11 +68,22 @@ def register(sub: Any) -> None:
     cli = csub.add_parser("client", help="client certificate(s) signed by the CA")
     cli.add_argument("--name", default="client", help="file stem and common name")
     cli.add_argument("--count", type=int, help="make NAME-0 .. NAME-(COUNT-1)")
+    peer = csub.add_parser(
+        "peer",
+        help="gossip peer certificate(s): server+client usage, common name = node "
+        "id, DNS name ID.peer.fedplat.invalid (what other peers verify)",
+    )
+    peer.add_argument(
+        "--name",
+        action="append",
+        required=True,
+        help="node id (repeatable); letters, digits and '-'",
+    )
     init = csub.add_parser(
         "init", help="CA + server cert (+ --clients client certs), skipping existing"
     )
     init.add_argument("--clients", type=int, default=0, help="client certs to make")
-    for sp in (srv, init):
+    for sp in (srv, init, peer):
         sp.add_argument(
             "--san",
             action="append",
@@ -75,7 +91,7 @@ def register(sub: Any) -> None:
             help="DNS name or IP the server is reached at (repeatable; "
             "default localhost and 127.0.0.1)",
         )
-    for sp in (ca, srv, cli, init):
+    for sp in (ca, srv, cli, peer, init):
         sp.add_argument("--dir", required=True, help="folder holding the CA and certs")
         sp.add_argument("--days", type=int, default=825, help="validity in days")
         sp.set_defaults(func=cmd_certs)

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedplat.cli.common import json_arg
+from fedplat.cli.common import CliError, json_arg
 
 
 def _gossip_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """PeerConfig fields set on the command line (timeouts, pacing, topology)."""
+    """PeerConfig fields set on the command line (timeouts, pacing, limits)."""
     return {
         "heartbeat_s": args.heartbeat,
         "dead_after_s": args.dead_after,
@@ -25,63 +25,96 @@ def _gossip_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "min_round_s": args.min_round_s,
         "target_degree": args.target_degree,
         "max_model_bytes": int(args.max_model_mb * 1024 * 1024),
+        "stream_idle_s": args.stream_idle,
+        "stream_deadline_s": args.stream_deadline,
+        "max_calls_per_caller": args.max_calls_per_peer,
+        "max_calls": args.max_calls,
     }
+
+
+def _peer_security(args: argparse.Namespace, peers: set[str] | None) -> Any:
+    from fedplat.gossip.security import load_peer_security
+
+    state_dir = args.state_dir or Path(".fedplat") / "peers" / args.id
+    return load_peer_security(
+        args.id,
+        membership=args.membership,
+        state_dir=state_dir,
+        ca=args.ca,
+        cert=args.cert,
+        key=args.key,
+        insecure=args.insecure,
+        replay_window_s=args.max_clock_skew,
+        peers=peers,
+    )
+
+
+def _peer_from_flags(args: argparse.Namespace, seeds: tuple[str, ...]) -> Any:
+    """A peer configured by flags (no scenario file)."""
+    from fedplat.gossip.node import PeerConfig, PeerNode
+    from fedplat.gossip.scenario import DataSpec, ModelSpec
+    from fedplat.gossip.setup import build_model, load_node_data
+
+    index = args.partition_id if args.partition_id is not None else int(args.id)
+    data = load_node_data(
+        DataSpec(dataset=args.dataset, partition=args.partition),
+        args.num_nodes,
+        args.seed,
+        {index} if args.no_data else set(),
+    )
+    model = build_model(
+        ModelSpec(name=args.model, params=args.model_params),
+        data.test.input_shape,
+        data.test.num_classes,
+        args.seed,
+    )
+    cfg = PeerConfig(
+        node_id=args.id,
+        listen=args.listen,
+        seeds=seeds,
+        rounds=args.rounds,
+        rule=args.rule,
+        lr=args.lr,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        compressor=args.compressor,
+        compressor_params=args.compressor_params,
+        seed=args.seed,
+        **_gossip_overrides(args),
+    )
+    security = _peer_security(args, None)
+    return PeerNode(cfg, model, data.train[index], data.test, security=security)
 
 
 def cmd_gossip_node(args: argparse.Namespace) -> int:
     """One real gossip peer, from a scenario file or from flags."""
+    # gRPC's C core logs every failed TLS handshake at INFO, one line each: a
+    # stranger could fill the log. Refusals the peer decides are logged by it,
+    # rate-limited. Must be set before grpc is first imported.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     import torch
 
-    from fedplat.gossip.node import PeerConfig, PeerNode, peer_from_scenario
-    from fedplat.gossip.scenario import ScenarioError, load_scenario
+    from fedplat.gossip.node import peer_from_scenario
+    from fedplat.gossip.scenario import load_scenario
 
     torch.set_num_threads(args.threads)
     seeds = tuple(x for x in (args.seeds or "").split(",") if x)
     try:
         if args.scenario:
+            scenario = load_scenario(args.scenario)
             node = peer_from_scenario(
-                load_scenario(args.scenario),
+                scenario,
                 int(args.id),
                 listen=args.listen,
                 seeds=seeds,
+                security=_peer_security(args, None),
                 relay=True if args.no_data else None,
                 **_gossip_overrides(args),
             )
         else:
-            from fedplat.gossip.scenario import DataSpec, ModelSpec
-            from fedplat.gossip.setup import build_model, load_node_data
-
-            index = args.partition_id if args.partition_id is not None else int(args.id)
-            data = load_node_data(
-                DataSpec(dataset=args.dataset, partition=args.partition),
-                args.num_nodes,
-                args.seed,
-                {index} if args.no_data else set(),
-            )
-            model = build_model(
-                ModelSpec(name=args.model, params=args.model_params),
-                data.test.input_shape,
-                data.test.num_classes,
-                args.seed,
-            )
-            cfg = PeerConfig(
-                node_id=args.id,
-                listen=args.listen,
-                seeds=seeds,
-                rounds=args.rounds,
-                rule=args.rule,
-                lr=args.lr,
-                epochs=args.epochs,
-                batch_size=args.batch_size,
-                compressor=args.compressor,
-                compressor_params=args.compressor_params,
-                seed=args.seed,
-                **_gossip_overrides(args),
-            )
-            node = PeerNode(cfg, model, data.train[index], data.test)
-    except (ScenarioError, ValueError) as exc:
-        print(f"fedplat: {exc}", file=sys.stderr)
-        return 2
+            node = _peer_from_flags(args, seeds)
+    except (ValueError, OSError) as exc:  # scenario, membership, TLS, bind errors
+        raise CliError(str(exc)) from exc
 
     def _on_signal(signum: int, frame: Any) -> None:
         node.request_stop()
@@ -104,6 +137,31 @@ def cmd_gossip_node(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    return 0
+
+
+def cmd_gossip_identity(args: argparse.Namespace) -> int:
+    """Create (or read) a peer's identity key; print its membership entry."""
+    import yaml
+
+    from fedplat.gossip.membership import MembershipError, check_node_id
+    from fedplat.gossip.security import identity_path
+    from fedplat.security.certs import CertError, fingerprint
+    from fedplat.security.identity import Identity
+    from fedplat.security.keys import KeyFileError
+
+    try:
+        entry: dict[str, Any] = {"id": check_node_id(args.id)}
+        key = Identity.load_or_create(identity_path(args.state_dir))
+        entry["public_key"] = key.public_key.hex()
+        if args.cert:
+            entry["cert_sha256"] = fingerprint(Path(args.cert).read_bytes())
+    except (MembershipError, KeyFileError, CertError, OSError) as exc:
+        raise CliError(str(exc)) from exc
+    if args.address:
+        entry["address"] = args.address
+    section = "observers" if args.observer else "members"
+    print(yaml.safe_dump({section: [entry]}, sort_keys=False), end="")
     return 0
 
 
@@ -209,11 +267,14 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
         recorder = GossipRecorder(store, args.run_name)
     try:
         launcher = ProcessLauncher(
-            args.scenario, args.workdir, peer_args=peer_args, recorder=recorder
+            args.scenario,
+            args.workdir,
+            peer_args=peer_args,
+            recorder=recorder,
+            insecure=args.insecure,
         )
-    except ScenarioError as exc:
-        print(f"fedplat: {exc}", file=sys.stderr)
-        return 2
+    except (ScenarioError, ValueError, OSError) as exc:  # scenario, certificates
+        raise CliError(str(exc)) from exc
     print(f"starting {launcher.network.n} peers; logs in {args.workdir}")
     res = launcher.run(timeout=args.timeout)
     for m in res.rounds:
@@ -238,40 +299,145 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
     return 1 if res.crashed else 0
 
 
-def register(sub: Any) -> None:
-    """Add ``fedplat gossip node|sim|run``."""
-    g = sub.add_parser("gossip", help="peer-to-peer gossip learning (no coordinator)")
-    gsub = g.add_subparsers(dest="gossip_command", required=True)
+def _timing_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--heartbeat", type=float, default=0.5, help="seconds")
+    sp.add_argument(
+        "--dead-after",
+        type=float,
+        default=3.0,
+        help="silence (s) after which a neighbour counts as dead",
+    )
+    sp.add_argument(
+        "--round-timeout",
+        type=float,
+        default=10.0,
+        help="max seconds to wait for neighbours' models",
+    )
+    sp.add_argument(
+        "--linger",
+        type=float,
+        default=5.0,
+        help="keep serving this long after the last round",
+    )
+    sp.add_argument(
+        "--min-round-s",
+        type=float,
+        default=0.0,
+        help="pace: each round lasts at least this long",
+    )
 
-    def timing(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--heartbeat", type=float, default=0.5, help="seconds")
-        sp.add_argument(
-            "--dead-after",
-            type=float,
-            default=3.0,
-            help="silence (s) after which a neighbour counts as dead",
-        )
-        sp.add_argument(
-            "--round-timeout",
-            type=float,
-            default=10.0,
-            help="max seconds to wait for neighbours' models",
-        )
-        sp.add_argument(
-            "--linger",
-            type=float,
-            default=5.0,
-            help="keep serving this long after the last round",
-        )
-        sp.add_argument(
-            "--min-round-s",
-            type=float,
-            default=0.0,
-            help="pace: each round lasts at least this long",
-        )
 
-    n = gsub.add_parser("node", help="one real peer (gRPC Peer service + loop)")
-    n.add_argument("--id", required=True, help="peer id (node index with --scenario)")
+def _security_flags(n: argparse.ArgumentParser) -> None:
+    sec = n.add_argument_group(
+        "security",
+        "peers talk mutual TLS with certificates from one CA (`fedplat certs ca` "
+        "and `fedplat certs peer`), admit only the members of --membership, and "
+        "sign every message with the Ed25519 key in --state-dir (see `fedplat "
+        "gossip identity`)",
+    )
+    sec.add_argument(
+        "--membership",
+        required=True,
+        help="membership file: id, public key (and certificate fingerprint, "
+        "address) of every peer and observer",
+    )
+    sec.add_argument(
+        "--state-dir",
+        help="folder of this peer's identity key (default .fedplat/peers/ID)",
+    )
+    sec.add_argument("--ca", help="CA certificate (PEM) of the deployment")
+    sec.add_argument("--cert", help="this peer's certificate (`fedplat certs peer`)")
+    sec.add_argument("--key", help="this peer's certificate key")
+    sec.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, no TLS (signatures still checked); test hosts only",
+    )
+    sec.add_argument(
+        "--max-clock-skew",
+        type=float,
+        default=120.0,
+        help="seconds a signed message's timestamp may differ from this clock",
+    )
+    lim = n.add_argument_group("limits")
+    lim.add_argument(
+        "--max-model-mb",
+        type=float,
+        default=64.0,
+        help="largest model (MiB) accepted from a peer (the layout's own bound "
+        "applies below it)",
+    )
+    lim.add_argument(
+        "--stream-idle",
+        type=float,
+        default=10.0,
+        help="cut a model stream silent for this many seconds",
+    )
+    lim.add_argument(
+        "--stream-deadline",
+        type=float,
+        default=60.0,
+        help="cut a model stream lasting longer than this many seconds",
+    )
+    lim.add_argument(
+        "--max-calls-per-peer", type=int, default=8, help="calls in flight per caller"
+    )
+    lim.add_argument("--max-calls", type=int, default=128, help="calls in flight")
+
+
+def _training_flags(n: argparse.ArgumentParser) -> None:
+    t = n.add_argument_group("data and training (without --scenario)")
+    t.add_argument("--dataset", default="digits", help="bundled dataset to train on")
+    t.add_argument(
+        "--partition",
+        default="iid",
+        choices=("iid", "dirichlet", "shards", "label_sorted"),
+        help="how the dataset is split over the peers",
+    )
+    t.add_argument("--num-nodes", type=int, default=8, help="number of data shares")
+    t.add_argument(
+        "--partition-id", type=int, help="this peer's share (default: --id as a number)"
+    )
+    t.add_argument("--model", default="mlp", help="registered model")
+    t.add_argument(
+        "--model-params",
+        type=json_arg,
+        default={"hidden": [32]},
+        help="model keyword arguments as a JSON object",
+    )
+    t.add_argument("--rounds", type=int, default=20, help="gossip rounds")
+    t.add_argument(
+        "--rule",
+        default="metropolis_hastings",
+        help="mixing rule: metropolis_hastings, decavg, uniform, push_sum or noloco "
+        "(fedplat.gossip.mixing.MIXING_RULES)",
+    )
+    t.add_argument("--lr", type=float, default=0.1, help="local learning rate")
+    t.add_argument("--epochs", type=int, default=1, help="local epochs per round")
+    t.add_argument("--batch-size", type=int, default=16, help="local batch size")
+    t.add_argument(
+        "--compressor", default="identity", help="compressor of exchanged models"
+    )
+    t.add_argument(
+        "--compressor-params",
+        type=json_arg,
+        default={},
+        help="compressor parameters as a JSON object",
+    )
+    t.add_argument("--seed", type=int, default=0, help="data split and model seed")
+
+
+def _node_parser(gsub: Any) -> None:
+    n = gsub.add_parser(
+        "node",
+        help="one real peer (gRPC Peer service + loop), mutual TLS by default",
+    )
+    n.add_argument(
+        "--id",
+        required=True,
+        help="peer id: letters, digits, '-' (node index with "
+        "--scenario); the common name of its certificate",
+    )
     n.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve on")
     n.add_argument(
         "--seeds", help="bootstrap peers: host:port or id@host:port, comma-separated"
@@ -291,60 +457,32 @@ def register(sub: Any) -> None:
         "--bootstrap-timeout",
         type=float,
         default=60.0,
-        help="seconds to wait for the seed peers before giving up",
-    )
-    n.add_argument(
-        "--max-model-mb",
-        type=float,
-        default=64.0,
-        help="largest model (MiB) accepted from a peer",
+        help="seconds to wait for the seed peers before starting anyway",
     )
     n.add_argument("--threads", type=int, default=1, help="torch threads")
-    timing(n)
-    n.add_argument("--dataset", default="digits", help="bundled dataset to train on")
-    n.add_argument(
-        "--partition",
-        default="iid",
-        choices=("iid", "dirichlet", "shards", "label_sorted"),
-        help="how the dataset is split over the peers",
-    )
-    n.add_argument(
-        "--num-nodes",
-        type=int,
-        default=8,
-        help="number of data shares (without --scenario)",
-    )
-    n.add_argument(
-        "--partition-id", type=int, help="this peer's share (default: --id as a number)"
-    )
-    n.add_argument("--model", default="mlp", help="registered model")
-    n.add_argument(
-        "--model-params",
-        type=json_arg,
-        default={"hidden": [32]},
-        help="model keyword arguments as a JSON object",
-    )
-    n.add_argument("--rounds", type=int, default=20, help="gossip rounds")
-    n.add_argument(
-        "--rule",
-        default="metropolis_hastings",
-        choices=("metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"),
-        help="how a peer mixes its neighbours' models",
-    )
-    n.add_argument("--lr", type=float, default=0.1, help="local learning rate")
-    n.add_argument("--epochs", type=int, default=1, help="local epochs per round")
-    n.add_argument("--batch-size", type=int, default=16, help="local batch size")
-    n.add_argument(
-        "--compressor", default="identity", help="compressor of exchanged models"
-    )
-    n.add_argument(
-        "--compressor-params",
-        type=json_arg,
-        default={},
-        help="compressor parameters as a JSON object",
-    )
-    n.add_argument("--seed", type=int, default=0, help="data split and model seed")
+    _timing_flags(n)
+    _security_flags(n)
+    _training_flags(n)
     n.set_defaults(func=cmd_gossip_node)
+
+
+def register(sub: Any) -> None:
+    """Add ``fedplat gossip node|identity|sim|run``."""
+    g = sub.add_parser("gossip", help="peer-to-peer gossip learning (no coordinator)")
+    gsub = g.add_subparsers(dest="gossip_command", required=True)
+    _node_parser(gsub)
+
+    i = gsub.add_parser(
+        "identity",
+        help="make (or read) a peer's Ed25519 identity key and print its "
+        "membership entry",
+    )
+    i.add_argument("--id", required=True, help="node id")
+    i.add_argument("--state-dir", required=True, help="the peer's state folder")
+    i.add_argument("--cert", help="pin this certificate's fingerprint")
+    i.add_argument("--address", help="pin this host:port")
+    i.add_argument("--observer", action="store_true", help="an observer entry")
+    i.set_defaults(func=cmd_gossip_identity)
 
     s = gsub.add_parser("sim", help="run a scenario with in-process peers")
     s.add_argument("--scenario", required=True, help="scenario file (.yaml, .toml)")
@@ -355,10 +493,16 @@ def register(sub: Any) -> None:
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_gossip_sim)
 
-    r = gsub.add_parser("run", help="run a scenario as real peer processes")
+    r = gsub.add_parser(
+        "run",
+        help="run a scenario as real peer processes over mutual TLS (CA, "
+        "certificates, identity keys and membership made in --workdir)",
+    )
     r.add_argument("--scenario", required=True, help="scenario file (.yaml, .toml)")
     r.add_argument(
-        "--workdir", default="runs/gossip", help="folder for peer logs and state"
+        "--workdir",
+        default="runs/gossip",
+        help="folder for peer logs, certificates, identity keys and the membership",
     )
     r.add_argument("--store", help="record the run in this store (URL or path)")
     r.add_argument("--run-name", help="run name in the store (default: scenario)")
@@ -368,5 +512,10 @@ def register(sub: Any) -> None:
         default=600.0,
         help="wall-clock limit (s) of the whole run; then every peer is stopped",
     )
-    timing(r)
+    r.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext peers, no TLS (signatures still checked); test hosts only",
+    )
+    _timing_flags(r)
     r.set_defaults(func=cmd_gossip_run)

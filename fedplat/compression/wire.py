@@ -249,9 +249,10 @@ class Payload:
         PayloadError
             With the reason, on any inconsistency.
         """
-        return _parse(
-            bytes(data), expected_d, expected_kinds, expected_seed, expected_round
-        )
+        # A receive buffer is parsed in place: every value is copied out of it
+        # below, so nothing keeps a view of the caller's (mutable) bytes.
+        buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+        return _parse(buf, expected_d, expected_kinds, expected_seed, expected_round)
 
     def with_values(self, values: torch.Tensor) -> Payload:
         """Same payload with replaced values (e.g. cast to float16, noised)."""
@@ -302,7 +303,7 @@ def _varint_encode(values: np.ndarray) -> bytes:
     return out.tobytes()
 
 
-def _varint_decode(block: bytes, n: int) -> np.ndarray:
+def _varint_decode(block: bytes | bytearray, n: int) -> np.ndarray:
     """Exactly ``n`` canonical LEB128 varints filling ``block`` -> uint64 ``[n]``."""
     b = np.frombuffer(block, dtype=np.uint8)
     if n == 0:
@@ -425,7 +426,7 @@ def parse_header(
 
 
 def _parse(
-    data: bytes,
+    data: bytes | bytearray,
     expected_d: int | None,
     expected_kinds: tuple[PayloadKind, ...] | None,
     expected_seed: int | None,

@@ -10,6 +10,11 @@ cuts and partitions are enacted by the peers themselves, which replay the same
 scenario file. Each round's accuracies, components and spread of the models
 (pulled from the peers) go to an optional store with the same contract as the
 simulation (:mod:`fedplat.gossip.recorder`).
+
+The peers run over mutual TLS by default: the launcher makes a CA, one peer
+certificate and identity key per node, and the membership pinning them in its
+work folder (:func:`fedplat.gossip.pki.make_cluster`), and watches the peers as
+the observer ``launcher`` (status and model pulls only).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from fedplat.gossip import mixing as mx
 from fedplat.gossip.client import PeerClient
 from fedplat.gossip.messages import PeerStatus
 from fedplat.gossip.network import GraphChange, NetworkState
+from fedplat.gossip.pki import OBSERVER, make_cluster
 from fedplat.gossip.recorder import GossipRecorder
 from fedplat.gossip.scenario import load_scenario
 from fedplat.gossip.setup import build_model
+from fedplat.gossip.signing import Signer
 from fedplat.gossip.sim import RoundMetrics
 from fedplat.gossip.topology import components, edge_list
 from fedplat.vectors import layout_of
@@ -104,7 +111,8 @@ class ProcessLauncher:
     scenario_path : path
         The scenario file (every process reads it too).
     workdir : path
-        Logs go to ``workdir/node-<i>.log``.
+        Logs go to ``workdir/node-<i>.log``; certificates, identity keys and the
+        membership to ``workdir/pki``, ``workdir/state``, ``workdir/membership.yaml``.
     host : str
         Interface to bind (127.0.0.1 in tests).
     peer_args : list of str
@@ -113,6 +121,9 @@ class ProcessLauncher:
         Store sink.
     env : dict, optional
         Environment of the processes (``OMP_NUM_THREADS=1`` is always set).
+    insecure : bool
+        Plaintext peers (no TLS; signatures still checked): the explicit,
+        logged choice for a test host.
     """
 
     def __init__(
@@ -125,6 +136,7 @@ class ProcessLauncher:
         recorder: GossipRecorder | None = None,
         env: dict[str, str] | None = None,
         poll_s: float = 0.25,
+        insecure: bool = False,
     ) -> None:
         self.path = Path(scenario_path).resolve()
         self.scenario = load_scenario(self.path)
@@ -136,6 +148,7 @@ class ProcessLauncher:
         self.recorder = recorder
         self.poll_s = poll_s
         self.env = {
+            "GRPC_VERBOSITY": "ERROR",  # no C-core line per failed handshake
             **(env or os.environ),
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
@@ -144,7 +157,29 @@ class ProcessLauncher:
         n = self.network.n
         self.ports = [_free_port(host) for _ in range(n)]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.clients = {i: PeerClient(self.address(i), timeout=2.0) for i in range(n)}
+        if insecure:
+            log.warning("launching peers WITHOUT TLS (--insecure)")
+        self.cluster = make_cluster(
+            self.workdir,
+            [str(i) for i in range(n)],
+            tls=not insecure,
+            addresses={str(i): self.address(i) for i in range(n)},
+            sans=(host,),
+        )
+        members = self.cluster.load_membership()
+        signer = Signer(OBSERVER, self.cluster.identity(OBSERVER))
+        tls = self.cluster.observer_tls()
+        self.clients = {
+            i: PeerClient(
+                self.address(i),
+                signer=signer,
+                membership=members,
+                server_id=str(i),
+                tls=tls,
+                timeout=2.0,
+            )
+            for i in range(n)
+        }
         self.killed: list[int] = []
         self.restarted: list[int] = []
 
@@ -168,6 +203,7 @@ class ProcessLauncher:
             "--listen",
             self.address(i),
             *(["--seeds", seeds] if seeds else []),
+            *self.cluster.node_args(str(i)),
             *self.peer_args,
             *extra,
         ]
@@ -197,7 +233,7 @@ class ProcessLauncher:
         out = {}
         for i in nodes:
             with contextlib.suppress(Exception):
-                msg = self.clients[i].pull("")
+                msg = self.clients[i].pull()
                 out[i] = Payload.from_bytes(msg.data).values.to(torch.float32)
         return out
 
@@ -230,69 +266,15 @@ class ProcessLauncher:
 
     def run(self, timeout: float = 600.0) -> LaunchResult:
         """Start every peer, replay the scenario, wait for the end; kill everything."""
-        s = self.scenario
         t0 = time.monotonic()
-        changes: list[GraphChange] = []
-        rounds: list[LaunchRound] = []
-        if self.recorder is not None:
-            test = load_dataset(s.data.dataset, "test")
-            template = build_model(s.model, test.input_shape, test.num_classes, s.seed)
-            self.recorder.start(
-                s,
-                layout_of(template).to_dict(),
-                edge_list(self.network.base),
-                self.network.relay,
-            )
-        for ch in self.network.advance(0):
-            changes.append(ch)
+        self._start_record()
+        changes = list(self.network.advance(0))
         for i in sorted(self.network.alive):
             self._spawn(i, ["--no-data"] if not self.network.has_data(i) else [])
-        done_round = 0
-        last_bytes: dict[int, int] = {}
+        rounds: list[LaunchRound] = []
         seen: dict[int, PeerStatus] = {}
         try:
-            while time.monotonic() - t0 < timeout:
-                time.sleep(self.poll_s)
-                st = self._statuses()
-                seen.update(st)
-                live = [i for i in self.network.alive if self.procs[i].poll() is None]
-                if not live:
-                    break
-                if not st:
-                    continue
-                # Peers still (re)starting do not report yet and do not hold
-                # the others back.
-                low = min(p.round for p in st.values())
-                while done_round < min(low, s.rounds):
-                    done_round += 1
-                    m = self._measure(done_round, st)
-                    rounds.append(m)
-                    if self.recorder is not None:
-                        sent = {i: st[i].bytes_sent - last_bytes.get(i, 0) for i in st}
-                        last_bytes.update({i: st[i].bytes_sent for i in st})
-                        self.recorder.round(
-                            RoundMetrics(
-                                m.round,
-                                m.alive,
-                                m.components,
-                                m.consensus_distance,
-                                sum(sent.values()),
-                                m.mean_accuracy,
-                                m.min_accuracy,
-                                m.node_accuracy,
-                                sent,
-                            )
-                        )
-                    if done_round < s.rounds:
-                        for ch in self.network.advance(done_round):
-                            changes.append(ch)
-                            self._enact(ch)
-                            if self.recorder is not None:
-                                self.recorder.change(ch)
-                if done_round >= s.rounds and all(
-                    i in st and st[i].finished for i in live
-                ):
-                    break
+            self._watch(t0 + timeout, rounds, changes, seen)
         finally:
             codes = self._shutdown()
         gone = set(range(self.network.n)) - self.network.alive
@@ -303,19 +285,10 @@ class ProcessLauncher:
             and not (i in gone and c == -signal.SIGKILL)
         ]
         if self.recorder is not None:
-            link_bytes: dict[tuple[int, int], int] = {}
-            for i, p in seen.items():
-                for nb in p.neighbours:
-                    if not nb.node_id.isdigit():
-                        continue  # not a scenario node (an intruder, a tool)
-                    j = int(nb.node_id)
-                    e = (min(i, j), max(i, j))
-                    link_bytes[e] = link_bytes.get(e, 0) + nb.bytes_sent
+            done = len(rounds) >= self.scenario.rounds
             self.recorder.finish(
-                link_bytes,
-                status="completed"
-                if not crashed and done_round >= s.rounds
-                else "failed",
+                _link_bytes(seen),
+                status="completed" if not crashed and done else "failed",
             )
         return LaunchResult(
             rounds,
@@ -325,6 +298,76 @@ class ProcessLauncher:
             self.restarted,
             sorted(set(crashed)),
             time.monotonic() - t0,
+        )
+
+    def _start_record(self) -> None:
+        if self.recorder is None:
+            return
+        s = self.scenario
+        test = load_dataset(s.data.dataset, "test")
+        template = build_model(s.model, test.input_shape, test.num_classes, s.seed)
+        self.recorder.start(
+            s,
+            layout_of(template).to_dict(),
+            edge_list(self.network.base),
+            self.network.relay,
+        )
+
+    def _watch(
+        self,
+        end: float,
+        rounds: list[LaunchRound],
+        changes: list[GraphChange],
+        seen: dict[int, PeerStatus],
+    ) -> None:
+        """Poll the peers until all finished (or ``end``); replay the scenario
+        as the slowest live peer completes each round."""
+        total = self.scenario.rounds
+        last_bytes: dict[int, int] = {}
+        while time.monotonic() < end:
+            time.sleep(self.poll_s)
+            st = self._statuses()
+            seen.update(st)
+            live = [i for i in self.network.alive if self.procs[i].poll() is None]
+            if not live:
+                return
+            if not st:
+                continue
+            # Peers still (re)starting do not report yet and do not hold the
+            # others back.
+            low = min(p.round for p in st.values())
+            while len(rounds) < min(low, total):
+                m = self._measure(len(rounds) + 1, st)
+                rounds.append(m)
+                self._record_round(m, st, last_bytes)
+                if m.round < total:
+                    for ch in self.network.advance(m.round):
+                        changes.append(ch)
+                        self._enact(ch)
+                        if self.recorder is not None:
+                            self.recorder.change(ch)
+            if len(rounds) >= total and all(i in st and st[i].finished for i in live):
+                return
+
+    def _record_round(
+        self, m: LaunchRound, st: dict[int, PeerStatus], last_bytes: dict[int, int]
+    ) -> None:
+        if self.recorder is None:
+            return
+        sent = {i: st[i].bytes_sent - last_bytes.get(i, 0) for i in st}
+        last_bytes.update({i: st[i].bytes_sent for i in st})
+        self.recorder.round(
+            RoundMetrics(
+                m.round,
+                m.alive,
+                m.components,
+                m.consensus_distance,
+                sum(sent.values()),
+                m.mean_accuracy,
+                m.min_accuracy,
+                m.node_accuracy,
+                sent,
+            )
         )
 
     def _enact(self, ch: GraphChange) -> None:
@@ -357,3 +400,16 @@ class ProcessLauncher:
         for c in self.clients.values():
             c.close()
         return codes
+
+
+def _link_bytes(seen: dict[int, PeerStatus]) -> dict[tuple[int, int], int]:
+    """Bytes each scenario link carried, from the peers' last statuses."""
+    out: dict[tuple[int, int], int] = {}
+    for i, p in seen.items():
+        for nb in p.neighbours:
+            if not nb.node_id.isdigit():
+                continue  # not a scenario node (an intruder, a tool)
+            j = int(nb.node_id)
+            e = (min(i, j), max(i, j))
+            out[e] = out.get(e, 0) + nb.bytes_sent
+    return out

@@ -138,7 +138,7 @@ class LinkDecoder:
         self._refs: dict[str, tuple[str, torch.Tensor]] = {}
 
     def decode(
-        self, sender: str, data: bytes, base_version: str, version: str
+        self, sender: str, data: bytes | bytearray, base_version: str, version: str
     ) -> tuple[torch.Tensor, str]:
         """Reconstruct the sender's model; returns ``(x_hat [d], version)``.
 

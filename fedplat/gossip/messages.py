@@ -1,4 +1,10 @@
-"""Domain types of the peer protocol (no protobuf here; see :mod:`.serde`)."""
+"""Domain types of the peer protocol (no protobuf here; see
+:mod:`fedplat.proto.peer_serde`).
+
+Every request carries its sender's Ed25519 ``signature`` over its fields, a
+``timestamp_ms`` and a fresh 16-byte ``nonce`` (:mod:`fedplat.gossip.signing`);
+an empty signature means "not signed yet".
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from dataclasses import dataclass, field
 from fedplat.vectors import Layout
 
 __all__ = [
+    "CallAuth",
     "Hello",
     "HelloReply",
     "ModelHeader",
@@ -29,23 +36,47 @@ class PeerAddress:
 
 @dataclass(frozen=True)
 class Hello:
-    """Bootstrap request: who I am, my round, my model layout, link with me?"""
+    """Bootstrap request: who I am, my round, my model layout, link with me?
+
+    ``receiver_id`` is ``""`` when the sender knows only the receiver's address.
+    """
 
     sender: PeerAddress
     round: int
     layout_fingerprint: str
     want_link: bool = True
+    receiver_id: str = ""
+    timestamp_ms: int = 0
+    nonce: bytes = b""
+    signature: bytes = b""
 
 
 @dataclass(frozen=True)
 class HelloReply:
-    """Answer to :class:`Hello`, with the peers the responder knows."""
+    """Answer to :class:`Hello`, with the peers the responder knows.
+
+    ``request_nonce`` repeats the request's nonce, so the signed answer is fresh.
+    """
 
     responder: PeerAddress
     round: int
     layout_fingerprint: str
     linked: bool
     known: tuple[PeerAddress, ...] = ()
+    request_nonce: bytes = b""
+    signature: bytes = b""
+
+
+@dataclass(frozen=True)
+class CallAuth:
+    """The signed part of a ``Ping``, ``PullModel`` or ``GetStatus`` request."""
+
+    sender_id: str
+    receiver_id: str
+    round: int
+    timestamp_ms: int
+    nonce: bytes
+    signature: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -78,6 +109,12 @@ class ModelHeader:
         Payload size.
     sha256 : str
         Hex digest of the payload.
+    receiver_id : str
+        The peer the message is for (a copy sent to another peer is refused).
+    timestamp_ms, nonce : int, bytes
+        Freshness; a pull's answer repeats the request's nonce.
+    signature : bytes
+        The sender's Ed25519 signature over all of the above.
     """
 
     sender_id: str
@@ -90,6 +127,10 @@ class ModelHeader:
     version: str
     total_bytes: int
     sha256: str
+    receiver_id: str = ""
+    timestamp_ms: int = 0
+    nonce: bytes = b""
+    signature: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -97,7 +138,7 @@ class ModelMessage:
     """A header and its payload bytes (``Payload.to_bytes()`` of a compressor)."""
 
     header: ModelHeader
-    data: bytes
+    data: bytes | bytearray
 
 
 @dataclass(frozen=True)
@@ -121,7 +162,11 @@ class NeighbourView:
 
 @dataclass(frozen=True)
 class PeerStatus:
-    """A peer's state as ``GetStatus`` reports it."""
+    """A peer's state as ``GetStatus`` reports it.
+
+    ``refused`` counts refused calls by kind (``"hello:not a member"``, ...);
+    ``rejected``/``last_rejection`` are about refused models.
+    """
 
     node_id: str
     round: int
@@ -135,6 +180,7 @@ class PeerStatus:
     bytes_received: int
     consensus_gap: float | None
     neighbours: tuple[NeighbourView, ...] = field(default_factory=tuple)
+    refused: dict[str, int] = field(default_factory=dict)
 
     def neighbour(self, node_id: str) -> NeighbourView | None:
         return next((n for n in self.neighbours if n.node_id == node_id), None)

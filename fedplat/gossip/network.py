@@ -12,6 +12,7 @@ Each applied event yields :class:`GraphChange` records - what the store keeps as
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,95 +204,110 @@ class NetworkState:
         )
 
     def _apply(self, i: int, ev: Any) -> list[GraphChange]:
-        r = ev.round
-        if isinstance(ev, RemoveNodes):
-            chosen = (
-                self._preselected[i]
-                if i in self._preselected
-                else self._choose(ev.nodes, ev.target, i)
+        """Enact event number ``i`` (one handler per action)."""
+        handlers: dict[type, Callable[[int, Any], list[GraphChange]]] = {
+            RemoveNodes: self._on_remove,
+            Battery: self._on_battery,
+            CutLinks: self._on_cut,
+            HealLinks: self._on_heal_links,
+            Partition: self._on_partition,
+            Heal: self._on_heal,
+            Rejoin: self._on_rejoin,
+        }
+        handler = handlers.get(type(ev))
+        if handler is None:  # pragma: no cover - the scenario schema forbids it
+            raise TypeError(f"unknown event {ev!r}")
+        return handler(i, ev)
+
+    def _on_remove(self, i: int, ev: RemoveNodes) -> list[GraphChange]:
+        chosen = (
+            self._preselected[i]
+            if i in self._preselected
+            else self._choose(ev.nodes, ev.target, i)
+        )
+        by = ev.target.by if ev.target is not None else "list"
+        return [self._remove(chosen, ev.round, reason=by, with_data=ev.with_data)]
+
+    def _on_battery(self, i: int, ev: Battery) -> list[GraphChange]:
+        for v in self._choose(ev.nodes, ev.target, i):
+            self._deaths[ev.round + ev.lifetime].add(v)
+        return []
+
+    def _on_cut(self, i: int, ev: CutLinks) -> list[GraphChange]:
+        if ev.edges is not None:
+            edges = sorted({_key(u, v) for u, v in ev.edges} - self.cut)
+        else:
+            assert ev.target is not None
+            live = sorted(_key(u, v) for u, v in self.graph().edges())
+            k = ev.target.size(len(live))
+            pick = self._rngs[i].choice(len(live), size=k, replace=False)
+            edges = sorted(live[int(j)] for j in pick)
+        self.cut.update(edges)
+        return [
+            GraphChange(
+                "gossip_link_cut",
+                ev.round,
+                edges=tuple(edges),
+                message=f"{len(edges)} link(s) cut",
             )
-            by = ev.target.by if ev.target is not None else "list"
-            return [self._remove(chosen, r, reason=by, with_data=ev.with_data)]
-        if isinstance(ev, Battery):
-            for v in self._choose(ev.nodes, ev.target, i):
-                self._deaths[r + ev.lifetime].add(v)
-            return []
-        if isinstance(ev, CutLinks):
-            if ev.edges is not None:
-                edges = sorted({_key(u, v) for u, v in ev.edges} - self.cut)
-            else:
-                assert ev.target is not None
-                live = sorted(_key(u, v) for u, v in self.graph().edges())
-                k = ev.target.size(len(live))
-                pick = self._rngs[i].choice(len(live), size=k, replace=False)
-                edges = sorted(live[int(j)] for j in pick)
-            self.cut.update(edges)
-            return [
-                GraphChange(
-                    "gossip_link_cut",
-                    r,
-                    edges=tuple(edges),
-                    message=f"{len(edges)} link(s) cut",
-                )
-            ]
-        if isinstance(ev, HealLinks):
-            wanted = self.cut if ev.edges is None else {_key(u, v) for u, v in ev.edges}
-            edges = sorted(wanted & self.cut)
-            self.cut.difference_update(edges)
-            return [
-                GraphChange(
-                    "gossip_link_healed",
-                    r,
-                    edges=tuple(edges),
-                    message=f"{len(edges)} link(s) restored",
-                )
-            ]
-        if isinstance(ev, Partition):
-            groups = self._groups(ev)
-            side = {v: gi for gi, grp in enumerate(groups) for v in grp}
-            edges = sorted(
-                _key(u, v) for u, v in self.base.edges() if side[u] != side[v]
+        ]
+
+    def _on_heal_links(self, i: int, ev: HealLinks) -> list[GraphChange]:
+        wanted = self.cut if ev.edges is None else {_key(u, v) for u, v in ev.edges}
+        edges = sorted(wanted & self.cut)
+        self.cut.difference_update(edges)
+        return [
+            GraphChange(
+                "gossip_link_healed",
+                ev.round,
+                edges=tuple(edges),
+                message=f"{len(edges)} link(s) restored",
             )
-            self.partition_cut.update(edges)
-            return [
-                GraphChange(
-                    "gossip_partition",
-                    r,
-                    edges=tuple(edges),
-                    message=f"network split into {len(groups)} groups "
-                    f"({len(edges)} links cut)",
-                    details={"groups": groups},
-                )
-            ]
-        if isinstance(ev, Heal):
-            edges = sorted(self.partition_cut)
-            self.partition_cut.clear()
-            return [
-                GraphChange(
-                    "gossip_heal",
-                    r,
-                    edges=tuple(edges),
-                    message=f"partition healed ({len(edges)} links back)",
-                )
-            ]
-        if isinstance(ev, Rejoin):
-            back: set[int] = (
-                set(self.removed) if ev.nodes == "removed" else set(ev.nodes)
+        ]
+
+    def _on_partition(self, i: int, ev: Partition) -> list[GraphChange]:
+        groups = self._groups(ev)
+        side = {v: gi for gi, grp in enumerate(groups) for v in grp}
+        edges = sorted(_key(u, v) for u, v in self.base.edges() if side[u] != side[v])
+        self.partition_cut.update(edges)
+        return [
+            GraphChange(
+                "gossip_partition",
+                ev.round,
+                edges=tuple(edges),
+                message=f"network split into {len(groups)} groups "
+                f"({len(edges)} links cut)",
+                details={"groups": groups},
             )
-            rejoined = sorted(back & self.removed)
-            self.removed.difference_update(rejoined)
-            self.alive.update(rejoined)
-            for deaths in self._deaths.values():
-                deaths.difference_update(rejoined)  # a new battery
-            return [
-                GraphChange(
-                    "gossip_node_rejoined",
-                    r,
-                    tuple(rejoined),
-                    message=f"{len(rejoined)} node(s) rejoined",
-                )
-            ]
-        raise TypeError(f"unknown event {ev!r}")  # pragma: no cover
+        ]
+
+    def _on_heal(self, i: int, ev: Heal) -> list[GraphChange]:
+        edges = sorted(self.partition_cut)
+        self.partition_cut.clear()
+        return [
+            GraphChange(
+                "gossip_heal",
+                ev.round,
+                edges=tuple(edges),
+                message=f"partition healed ({len(edges)} links back)",
+            )
+        ]
+
+    def _on_rejoin(self, i: int, ev: Rejoin) -> list[GraphChange]:
+        back: set[int] = set(self.removed) if ev.nodes == "removed" else set(ev.nodes)
+        rejoined = sorted(back & self.removed)
+        self.removed.difference_update(rejoined)
+        self.alive.update(rejoined)
+        for deaths in self._deaths.values():
+            deaths.difference_update(rejoined)  # a new battery
+        return [
+            GraphChange(
+                "gossip_node_rejoined",
+                ev.round,
+                tuple(rejoined),
+                message=f"{len(rejoined)} node(s) rejoined",
+            )
+        ]
 
     def _groups(self, ev: Partition) -> list[list[int]]:
         if ev.groups is not None:

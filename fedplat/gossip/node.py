@@ -13,181 +13,72 @@ Lifecycle of :class:`PeerNode`:
 3. **Rounds.** Train locally; push the model (encoded for the link, see
    :mod:`fedplat.gossip.links`) to every live neighbour; wait until every live
    neighbour's model for this round arrived or ``round_timeout_s`` passes; mix
-   with what arrived (Metropolis-Hastings, DecAvg, uniform, push-sum), or with
-   NoLoCo pull one random neighbour's model and average with it.
+   with what arrived by the rule (:data:`fedplat.gossip.mixing.MIXING_RULES`),
+   or, for a pairwise rule (NoLoCo), pull one random neighbour's model and
+   average with it.
 4. **Failure detection.** A heartbeat pings every neighbour each
    ``heartbeat_s``; silence for ``dead_after_s`` marks it dead, so rounds stop
    waiting for it; an answer or a ``Hello`` marks it alive again.
 
-Every received model is validated before it can touch anything (sender is a
-neighbour on an uncut link, declared size within ``max_model_bytes``, checksum,
-identical layout, payload well-formed, right length, finite): a bad one is
-refused with a reason (``INVALID_ARGUMENT``) and counted; the peer keeps its model.
+Who may talk to a peer is decided by its :class:`~fedplat.gossip.security.
+PeerSecurity`: members of the membership only, over mutual TLS, every message
+signed and fresh (:mod:`fedplat.gossip.guard`). What they send is checked by
+:mod:`fedplat.gossip.inbound`; the calls the peer makes are in
+:mod:`fedplat.gossip.outbound`, its service in :mod:`fedplat.gossip.server`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import random
 import threading
 import time
 import zlib
 from concurrent import futures
-from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
 import torch
 from torch import nn
 
-from fedplat.compression import Payload, PayloadError, dense_payload
+from fedplat.compression import dense_size
 from fedplat.data import Dataset
 from fedplat.gossip import mixing as mx
-from fedplat.gossip.client import PeerClient, channel_options
-from fedplat.gossip.links import (
-    LinkDecoder,
-    LinkEncoder,
-    ReferenceMismatch,
-    make_compressor,
-)
-from fedplat.gossip.messages import (
-    Hello,
-    HelloReply,
-    ModelHeader,
-    ModelMessage,
-    PeerAddress,
-    PeerStatus,
-    PingReply,
-    PushReply,
-)
+from fedplat.gossip.client import channel_options
+from fedplat.gossip.config import PeerConfig
+from fedplat.gossip.guard import Admission
+from fedplat.gossip.inbound import Inbound
+from fedplat.gossip.limits import RefusalLog
+from fedplat.gossip.links import LinkDecoder, make_compressor
+from fedplat.gossip.messages import PeerStatus
 from fedplat.gossip.neighbours import NeighbourTable
 from fedplat.gossip.network import NetworkState
+from fedplat.gossip.outbound import Outbound
 from fedplat.gossip.scenario import Scenario
-from fedplat.gossip.servicer import PeerServicer
+from fedplat.gossip.security import PeerSecurity, warn_if_insecure
+from fedplat.gossip.server import PeerServer, PeerService
 from fedplat.gossip.setup import build_model, load_node_data
+from fedplat.gossip.signing import Signer
+from fedplat.gossip.state import PeerState
 from fedplat.models import evaluate, train_epochs
-from fedplat.proto import peer_pb2_grpc as pb_grpc
-from fedplat.transport.codec import sha256_hex
-from fedplat.transport.errors import (
-    FedplatError,
-    InvalidArgument,
-    StaleUpdate,
-    Unavailable,
-    UnknownClient,
-)
+from fedplat.proto.serde import layout_to_proto
+from fedplat.transport.errors import FedplatError
 from fedplat.vectors import flatten, layout_of, load_vector
 
-__all__ = ["PeerConfig", "PeerNode", "peer_from_scenario"]
+__all__ = ["PeerConfig", "PeerNode", "payload_bound", "peer_from_scenario"]
 
-MiB = 1024 * 1024
+KiB = 1024
 
 
-@dataclass(frozen=True)
-class PeerConfig:
-    """Settings of one peer (see the module docstring for the lifecycle).
+def payload_bound(compressor: str, params: dict[str, Any], dim: int) -> int:
+    """Largest model payload a link carries for a ``[dim]`` model.
 
-    Attributes
-    ----------
-    node_id : str
-        Unique name of the peer (``str(i)`` for node ``i`` of a scenario).
-    listen : str
-        ``host:port`` to serve on (port 0: any free port).
-    advertise : str, optional
-        Address others should use (default: the listen host and bound port).
-    seeds : tuple of str
-        Bootstrap peers, ``host:port`` or ``id@host:port``.
-    target_degree : int
-        Link to peers learned from the seeds until this many neighbours (0: the
-        seeds only).
-    max_degree : int
-        Refuse new links beyond this many neighbours.
-    rounds : int
-    rule : str
-        A :data:`fedplat.gossip.mixing.RULES` name.
-    outer_step, alpha, beta
-        NoLoCo's outer step (``rule="noloco"``).
-    epochs, batch_size, lr
-        Local SGD per round.
-    heartbeat_s, dead_after_s, round_timeout_s, rpc_timeout_s, bootstrap_timeout_s
-        Failure-detection and waiting times, seconds.
-    max_model_bytes, chunk_bytes
-        Largest model payload accepted, and stream chunk size.
-    compressor, compressor_params
-        Link compression (a :mod:`fedplat.compression` registry name).
-    eval_every : int
-        Evaluate on the test set every this many rounds (and after the last).
-    max_staleness : int
-        Mix a neighbour's model only if it is at most this many rounds old.
-    catch_up : bool
-        Start from the neighbours' average when they are ahead.
-    linger_s : float
-        Keep serving this long after the last round (slower neighbours may still
-        need this peer's model), then stop.
-    min_round_s : float
-        Make each round last at least this long (paces demos and tests, or
-        emulates a duty-cycled device).
-    seed : int
+    A dense float32 vector, or a compressor's fixed-size encoding (a sketch)
+    when that is larger; sparse encodings fall back to dense before exceeding
+    it (:func:`fedplat.compression.sparse_payload`).
     """
-
-    node_id: str
-    listen: str = "127.0.0.1:0"
-    advertise: str | None = None
-    seeds: tuple[str, ...] = ()
-    target_degree: int = 0
-    max_degree: int = 64
-    rounds: int = 10
-    rule: str = "metropolis_hastings"
-    outer_step: bool = False
-    alpha: float = 0.7
-    beta: float = 0.5
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.05
-    heartbeat_s: float = 0.5
-    dead_after_s: float = 3.0
-    round_timeout_s: float = 10.0
-    rpc_timeout_s: float = 5.0
-    bootstrap_timeout_s: float = 60.0
-    max_model_bytes: int = 64 * MiB
-    chunk_bytes: int = 1 * MiB
-    compressor: str = "identity"
-    compressor_params: dict[str, Any] = field(default_factory=dict)
-    eval_every: int = 1
-    max_staleness: int = 2
-    catch_up: bool = True
-    linger_s: float = 5.0
-    min_round_s: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.node_id or "@" in self.node_id:
-            raise ValueError(f"node id must be non-empty without '@': {self.node_id!r}")
-        if self.rule not in mx.RULES:
-            raise ValueError(f"unknown rule {self.rule!r}; valid: {list(mx.RULES)}")
-        if self.rounds < 1 or self.eval_every < 1:
-            raise ValueError("rounds and eval_every must be >= 1")
-        if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
-            raise ValueError("need 0 < heartbeat_s < dead_after_s")
-        if self.chunk_bytes < 1024:
-            raise ValueError("chunk_bytes must be >= 1024")
-
-
-@dataclass
-class _Inbound:
-    """The latest model a neighbour pushed (its ``x_hat`` for this link)."""
-
-    round: int
-    x: torch.Tensor
-    num_examples: int
-    degree: int
-
-
-def _parse_seed(seed: str) -> tuple[str | None, str]:
-    if "@" in seed:
-        node_id, _, address = seed.partition("@")
-        return node_id, address
-    return None, seed
+    probe = make_compressor(compressor, params).encode(
+        torch.zeros(dim), round=0, seed=0
+    )
+    return max(dense_size(dim), probe.nbytes)
 
 
 class PeerNode:
@@ -206,6 +97,8 @@ class PeerNode:
     network : NetworkState, optional
         A scenario replay: links the scenario cuts are blocked at the scheduled
         rounds (node removals are enacted by killing processes instead).
+    security : PeerSecurity
+        Identity key, membership and TLS files (checked to fit ``node_id``).
     """
 
     def __init__(
@@ -215,80 +108,108 @@ class PeerNode:
         train: Dataset | None = None,
         test: Dataset | None = None,
         network: NetworkState | None = None,
+        *,
+        security: PeerSecurity,
     ) -> None:
+        security.check_for(config.node_id)
         self.config = config
         self.id = config.node_id
         self.log = logging.getLogger(f"fedplat.gossip.peer.{self.id}")
+        self.security = security
+        self.membership = security.membership
+        self.signer = Signer(self.id, security.identity)
         self.model = model
         self.layout = layout_of(model)
         self.fingerprint = self.layout.fingerprint()
         self.dim = self.layout.numel
-        self.x = flatten(model, self.layout)
+        self.rule = mx.get_mixing_rule(config.rule)
+        self.state = PeerState(flatten(model, self.layout), self.rule.debiased)
         self.train_data = train if train is not None and len(train) > 0 else None
         self.test = test
         self.num_examples = 0 if self.train_data is None else len(self.train_data)
         self.network = network
         self._scenario_round = -1
         self.table = NeighbourTable(config.dead_after_s)
-        self.round = 0
-        self.finished = False
-        self.accuracy: float | None = None
-        self.consensus_gap: float | None = None
-        self.rejected = 0
-        self.last_rejection = ""
-        self.bytes_sent = 0
-        self.bytes_received = 0
-        self._lock = threading.RLock()
-        self._arrived = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._inbox: dict[str, _Inbound] = {}
-        # Push-sum: weight and the mass received since the last mix.
-        self.push_weight = 1.0
-        self._ps_x = torch.zeros(self.dim)
-        self._ps_w = 0.0
-        self._ps_round: dict[str, int] = {}
-        # NoLoCo outer state.
-        self._phi = self.x.clone()
-        self._momentum = torch.zeros(self.dim)
-        self._published = self.x.clone()
-        self._compressor = make_compressor(config.compressor, config.compressor_params)
-        self._encoders: dict[str, LinkEncoder] = {}
-        self._decoder = LinkDecoder(self._compressor, self.dim)
-        self._clients: dict[str, PeerClient] = {}
-        self._pending: dict[str, str | None] = {}  # seed address -> id if known
-        self._known: dict[str, str] = {}  # peers heard of: id -> address
-        self._rng = random.Random(f"{config.seed}:{self.id}")
-        self._pool = futures.ThreadPoolExecutor(8, thread_name_prefix=f"peer{self.id}")
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(8, thread_name_prefix=f"rpc{self.id}"),
-            options=[
-                *channel_options(config.chunk_bytes + 4 * MiB),
-                ("grpc.so_reuseport", 0),
-            ],
+        self.compressor = make_compressor(config.compressor, config.compressor_params)
+        self.decoder = LinkDecoder(self.compressor, self.dim)
+        self.max_payload_bytes = min(
+            config.max_model_bytes,
+            payload_bound(config.compressor, config.compressor_params, self.dim),
         )
-        pb_grpc.add_PeerServicer_to_server(PeerServicer(self), self.server)
-        self.port = self.server.add_insecure_port(config.listen)
-        if self.port == 0:
-            raise OSError(f"cannot bind {config.listen}")
+        self.admission = Admission(
+            self.id,
+            self.membership,
+            tls=security.tls is not None,
+            replay_window_s=security.replay_window_s,
+        )
+        self.refusals = RefusalLog(self.log)
+        self.inbound = Inbound(self)
+        self.outbound = Outbound(self)
+        self.stopping = threading.Event()
+        self.pool = futures.ThreadPoolExecutor(8, thread_name_prefix=f"peer{self.id}")
+        self._serve_pool = futures.ThreadPoolExecutor(
+            4, thread_name_prefix=f"rpc{self.id}"
+        )
+        self.server = self._make_server()
+        self.port = self.server.port
         host = config.listen.rpartition(":")[0] or "127.0.0.1"
         self.address = config.advertise or f"{host}:{self.port}"
         self._heartbeat = threading.Thread(
-            target=self._heartbeat_loop, name=f"heartbeat{self.id}", daemon=True
+            target=self.outbound.heartbeat_loop, name=f"heartbeat{self.id}", daemon=True
         )
+
+    def _make_server(self) -> PeerServer:
+        cfg = self.config
+        # One message holds a chunk or a header (whose size the layout fixes).
+        max_message = (
+            cfg.chunk_bytes + layout_to_proto(self.layout).ByteSize() + 64 * KiB
+        )
+        options = [
+            *channel_options(max_message),
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_concurrent_streams", 2 * cfg.max_calls_per_caller),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            # No stream outlives its connection: recycle connections every 10
+            # minutes, letting calls in flight finish within their own deadline.
+            ("grpc.max_connection_age_ms", 600_000),
+            ("grpc.max_connection_age_grace_ms", int(1000 * cfg.stream_deadline_s)),
+        ]
+        service = PeerService(self, self._serve_pool)
+        return PeerServer(service, cfg.listen, self.security.tls, options)
+
+    # ================================================================ views
+    @property
+    def round(self) -> int:
+        return self.state.round
+
+    @property
+    def finished(self) -> bool:
+        return self.state.finished
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.state.accuracy
+
+    @property
+    def x(self) -> torch.Tensor:
+        """``[d]`` the model's numerator (the model itself except under push-sum)."""
+        return self.state.x
+
+    @property
+    def push_weight(self) -> float:
+        return self.state.push_weight
+
+    def status(self) -> PeerStatus:
+        return self.inbound.status()
 
     # ================================================================ lifecycle
     def start(self) -> None:
         """Serve, contact the seeds, start the heartbeat (non-blocking)."""
+        warn_if_insecure(self.security, self.id)
         self.server.start()
         self.log.info("peer %s serving on %s", self.id, self.address)
-        for seed in self.config.seeds:
-            node_id, address = _parse_seed(seed)
-            if node_id == self.id:
-                continue
-            if node_id is not None:
-                self.table.add(node_id, address)
-            self._pending[address] = node_id
-        self._hello_pending()
+        self.outbound.add_seeds(self.config.seeds)
+        self.outbound.hello_pending()
         self._heartbeat.start()
 
     def run(self) -> None:
@@ -299,9 +220,9 @@ class PeerNode:
             self._catch_up()
             if self.network is not None:
                 self._apply_scenario(self.round)
-            while self.round < self.config.rounds and not self._stop.is_set():
+            while self.round < self.config.rounds and not self.stopping.is_set():
                 self.run_round(self.round + 1)
-            self.finished = self.round >= self.config.rounds
+            self.state.finished = self.round >= self.config.rounds
             if self.finished:
                 self.log.info(
                     "peer %s finished %d rounds (accuracy %s)",
@@ -309,86 +230,41 @@ class PeerNode:
                     self.round,
                     self.accuracy,
                 )
-                self._stop.wait(self.config.linger_s)
+                self.stopping.wait(self.config.linger_s)
         finally:
             self.stop()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to finish (safe from a signal handler)."""
-        self._stop.set()
+        self.stopping.set()
 
     def stop(self) -> None:
-        self._stop.set()
-        with self._arrived:
-            self._arrived.notify_all()
-        self.server.stop(grace=0.5).wait(2)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for c in list(self._clients.values()):
-            c.close()
+        self.stopping.set()
+        self.state.wake()
+        self.server.stop(grace=0.5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self._serve_pool.shutdown(wait=False, cancel_futures=True)
+        self.outbound.close()
 
-    def _client(self, address: str) -> PeerClient:
-        c = self._clients.get(address)
-        if c is None:
-            c = PeerClient(
-                address,
-                timeout=self.config.rpc_timeout_s,
-                chunk_bytes=self.config.chunk_bytes,
-                max_model_bytes=self.config.max_model_bytes,
-            )
-            self._clients[address] = c
-        return c
+    def heard(
+        self, node_id: str, round: int | None = None, degree: int | None = None
+    ) -> None:
+        """Contact with ``node_id``: it is alive (wake a waiting round if new)."""
+        if self.table.heard_from(node_id, round, degree) is not None:
+            self.log.info("neighbour %s is alive", node_id)
+            self.state.wake()
 
     # ================================================================ bootstrap
-    def _hello(self, address: str) -> HelloReply | None:
-        try:
-            reply = self._client(address).hello(
-                Hello(
-                    PeerAddress(self.id, self.address),
-                    self.round,
-                    self.fingerprint,
-                    want_link=True,
-                )
-            )
-        except FedplatError as exc:
-            self.log.debug("hello to %s failed: %s", address, exc.reason)
-            return None
-        peer = reply.responder
-        if reply.layout_fingerprint != self.fingerprint:
-            self.log.warning(
-                "peer %s at %s has another model layout; ignored", peer.node_id, address
-            )
-            return None
-        for p in reply.known:
-            if p.node_id != self.id:
-                self._known.setdefault(p.node_id, p.address)
-        if reply.linked:
-            if self.table.add(peer.node_id, address):
-                self.log.info("linked with %s at %s", peer.node_id, address)
-            self._heard(peer.node_id, reply.round)
-        return reply
-
-    def _hello_pending(self) -> None:
-        for address, _ in list(self._pending.items()):
-            if self._hello(address) is not None:
-                self._pending.pop(address, None)
-        # Emergent topology: link to peers the seeds told us about.
-        want = self.config.target_degree
-        if want and len(self.table) < want:
-            for node_id, address in sorted(self._known.items()):
-                if len(self.table) >= want:
-                    break
-                if node_id not in self.table:
-                    self._hello(address)
-
     def _wait_bootstrap(self) -> None:
         """Wait until every seed answered (or the bootstrap timeout)."""
         end = time.monotonic() + self.config.bootstrap_timeout_s
-        while time.monotonic() < end and not self._stop.is_set():
-            if not self._pending and all(n.alive for n in self.table.all()):
+        while time.monotonic() < end and not self.stopping.is_set():
+            if not self.outbound.pending and all(n.alive for n in self.table.all()):
                 return
             time.sleep(0.05)
         self.log.warning(
-            "bootstrap: %d seed(s) not reachable; starting anyway", len(self._pending)
+            "bootstrap: %d seed(s) not reachable; starting anyway",
+            len(self.outbound.pending),
         )
 
     def _catch_up(self) -> None:
@@ -396,120 +272,63 @@ class PeerNode:
         if not self.config.catch_up or self.round > 0:
             return
         ahead = [n for n in self.table.live() if n.round > 0]
-        if not ahead:
-            return
         models, rounds = [], []
         for n in ahead:
             try:
-                msg = self._client(n.address).pull(self.id)
-                models.append(self._check_pulled(msg))
-                rounds.append(msg.header.round)
-            except (FedplatError, PayloadError) as exc:
+                msg, x = self.outbound.pull(n.node_id, n.address)
+            except FedplatError as exc:
                 self.log.warning("catch-up pull from %s failed: %s", n.node_id, exc)
+                continue
+            models.append(x)
+            rounds.append(msg.header.round)
         if not models:
             return
         x = torch.stack(models).mean(0)
-        with self._lock:
-            self.x = x
-            self._phi = x.clone()
-            self._published = x.clone()
-            self.round = max(rounds)
+        st = self.state
+        with st.lock:
+            st.x = x
+            st.phi = x.clone()
+            st.round = max(rounds)
+            st.publish()
         self.log.info(
-            "caught up to round %d from %d neighbour(s)", self.round, len(models)
+            "caught up to round %d from %d neighbour(s)", st.round, len(models)
         )
-
-    def _check_pulled(self, msg: ModelMessage) -> torch.Tensor:
-        mismatch = self.layout.describe_mismatch(msg.header.layout)
-        if mismatch:
-            raise PayloadError(f"wrong model shape: {mismatch}")
-        payload = Payload.from_bytes(
-            msg.data, expected_d=self.dim, expected_kinds=("dense",)
-        )
-        return payload.values.to(torch.float32)
-
-    # ================================================================ heartbeat
-    def _heard(
-        self, node_id: str, round: int | None = None, degree: int | None = None
-    ) -> None:
-        t = self.table.heard_from(node_id, round, degree)
-        if t is not None:
-            self.log.info("neighbour %s is alive", node_id)
-            with self._arrived:
-                self._arrived.notify_all()
-
-    def _ping(self, node_id: str, address: str) -> None:
-        try:
-            reply = self._client(address).ping(self.id, self.round)
-        except FedplatError:
-            return
-        if reply.node_id == node_id:
-            self._heard(node_id, reply.round, reply.degree)
-
-    def _heartbeat_loop(self) -> None:
-        last_hello = time.monotonic()
-        while not self._stop.wait(self.config.heartbeat_s):
-            try:
-                jobs = [
-                    self._pool.submit(self._ping, n.node_id, n.address)
-                    for n in self.table.all()
-                    if not n.blocked
-                ]
-            except RuntimeError:  # the pool shut down: we are stopping
-                return
-            futures.wait(jobs, timeout=self.config.heartbeat_s * 2)
-            if self._pending and time.monotonic() - last_hello > 1.0:
-                self._hello_pending()
-                last_hello = time.monotonic()
-            for t in self.table.refresh():
-                self.log.warning(
-                    "neighbour %s is dead (silent for %.1fs)",
-                    t.node_id,
-                    self.config.dead_after_s,
-                )
-                with self._arrived:
-                    self._arrived.notify_all()
 
     # ================================================================ rounds
     def run_round(self, r: int) -> None:
         """Train, exchange and mix once, as round ``r``."""
         cfg = self.config
+        st = self.state
         t0 = time.monotonic()
         self._train(r)
-        if cfg.rule == "noloco":
-            self._noloco(r)
+        if self.rule.exchange == "pairs":
+            self._pair_with_random_neighbour(r)
         else:
-            self._push_all(r)
+            self.outbound.push_all(r)
             self._wait_for(r)
             self._mix(r)
         if self.test is not None and (r % cfg.eval_every == 0 or r == cfg.rounds):
-            with self._lock:
-                load_vector(self.model, self._estimate(), self.layout)
-            self.accuracy = evaluate(self.model, self.test).accuracy
-        self._stop.wait(max(0.0, cfg.min_round_s - (time.monotonic() - t0)))
-        with self._lock:
-            self.round = r
+            load_vector(self.model, st.estimate(), self.layout)
+            st.accuracy = evaluate(self.model, self.test).accuracy
+        self.stopping.wait(max(0.0, cfg.min_round_s - (time.monotonic() - t0)))
+        with st.lock:
+            st.round = r
         if self.network is not None:
             self._apply_scenario(r)
         self.log.info(
             "round %d done: accuracy %s, %d live neighbour(s)",
             r,
-            None if self.accuracy is None else round(self.accuracy, 4),
+            None if st.accuracy is None else round(st.accuracy, 4),
             len(self.table.live()),
         )
 
-    def _estimate(self) -> torch.Tensor:
-        if self.config.rule == "push_sum":
-            return self.x / self.push_weight
-        return self.x
-
     def _train(self, r: int) -> None:
+        st = self.state
         if self.train_data is None:
-            with self._lock:
-                self._published = self._estimate().clone()
+            st.publish()
             return
         cfg = self.config
-        with self._lock:
-            start = self._estimate().clone()
+        start = st.estimate().clone()
         load_vector(self.model, start, self.layout)
         train_epochs(
             self.model,
@@ -521,13 +340,13 @@ class PeerNode:
             + zlib.crc32(self.id.encode()) % 7919,
         )
         trained = flatten(self.model, self.layout)
-        with self._lock:
-            if cfg.rule == "push_sum":
+        with st.lock:
+            if self.rule.debiased:
                 # SGP (Assran et al. 2019): the local step moves the numerator.
-                self.x = self.x + (trained - start)
+                st.x = st.x + (trained - start)
             else:
-                self.x = trained
-            self._published = self._estimate().clone()
+                st.x = trained
+            st.publish()
 
     def _apply_scenario(self, upto: int) -> None:
         """Replay the scenario's events up to round ``upto``; block the cut links."""
@@ -543,302 +362,71 @@ class PeerNode:
         }
         self.table.set_blocked(blocked)
 
-    # ---------------------------------------------------------------- pushing
-    def _push_all(self, r: int) -> None:
-        live = self.table.live()
-        with self._lock:
-            if self.config.rule == "push_sum":
-                share = mx.push_sum_share(self.x, self.push_weight, len(live))
-                self.x, self.push_weight = share.x.clone(), share.w
-                vec, weight = share.x, share.w
-            else:
-                vec, weight = self.x.clone(), 0.0
-        try:
-            jobs = {
-                self._pool.submit(
-                    self._push, n.node_id, n.address, r, vec, weight, len(live)
-                ): n.node_id
-                for n in live
-            }
-        except RuntimeError:  # stopped from another thread mid-round
-            return
-        for job in futures.as_completed(jobs):
-            if not job.result() and self.config.rule == "push_sum":
-                with self._lock:  # undelivered mass stays here (push-sum invariant)
-                    self.x = self.x + vec
-                    self.push_weight += weight
-
-    def _push(
-        self,
-        node_id: str,
-        address: str,
-        r: int,
-        vec: torch.Tensor,
-        weight: float,
-        degree: int,
-    ) -> bool:
-        enc = self._encoders.get(node_id)
-        if enc is None:
-            enc = self._encoders[node_id] = LinkEncoder(self._compressor, self.dim)
-        client = self._client(address)
-        for attempt in range(2):
-            msg = enc.encode(vec, r, self.config.seed)
-            header = ModelHeader(
-                sender_id=self.id,
-                round=r,
-                layout=self.layout,
-                num_examples=self.num_examples,
-                degree=max(1, degree),
-                push_weight=weight,
-                base_version=msg.base_version,
-                version=msg.version,
-                total_bytes=len(msg.data),
-                sha256=sha256_hex(msg.data),
-            )
-            try:
-                client.push(ModelMessage(header, msg.data))
-            except StaleUpdate as exc:  # the receiver lost our shared reference
-                self.log.debug("push to %s: %s; resending in full", node_id, exc)
-                enc.reset()
-                continue
-            except UnknownClient as exc:  # it forgot us (restarted): re-link
-                self.log.debug("push to %s: %s", node_id, exc.reason)
-                if attempt == 0 and self._hello(address) is not None:
-                    enc.reset()
-                    continue
-                return False
-            except Unavailable:
-                return False
-            except InvalidArgument as exc:
-                self.log.error("%s refused our model: %s", node_id, exc.reason)
-                return False
-            enc.commit(msg)
-            self._heard(node_id, None)
-            with self._lock:
-                self.bytes_sent += len(msg.data)
-            self.table.count_bytes(node_id, sent=len(msg.data))
-            return True
-        return False
-
     def _wait_for(self, r: int) -> None:
         """Until every live neighbour's round-``r`` model arrived, or the timeout."""
         end = time.monotonic() + self.config.round_timeout_s
-        with self._arrived:
-            while not self._stop.is_set():
+        st = self.state
+        with st.arrived:
+            while not self.stopping.is_set():
                 missing = [
-                    n.node_id
-                    for n in self.table.live()
-                    if self._round_of(n.node_id) < r
+                    n.node_id for n in self.table.live() if st.round_of(n.node_id) < r
                 ]
                 left = end - time.monotonic()
                 if not missing or left <= 0:
                     if missing:
                         self.log.info("round %d: no model from %s in time", r, missing)
                     return
-                self._arrived.wait(min(left, 0.25))
+                st.arrived.wait(min(left, 0.25))
 
-    def _round_of(self, node_id: str) -> int:
-        if self.config.rule == "push_sum":
-            return self._ps_round.get(node_id, -1)
-        entry = self._inbox.get(node_id)
-        return -1 if entry is None else entry.round
-
-    # ---------------------------------------------------------------- mixing
     def _mix(self, r: int) -> None:
-        cfg = self.config
+        st = self.state
         live = {n.node_id for n in self.table.live()}
-        with self._lock:
-            if cfg.rule == "push_sum":
-                self.x = self.x + self._ps_x
-                self.push_weight += self._ps_w
-                self._ps_x = torch.zeros(self.dim)
-                self._ps_w = 0.0
+        with st.lock:
+            if self.rule.debiased:
+                st.x = st.x + st.ps_x
+                st.push_weight += st.ps_w
+                st.ps_x = torch.zeros(self.dim)
+                st.ps_w = 0.0
                 return
             used = [
                 e
-                for j, e in sorted(self._inbox.items())
-                if j in live and e.round >= r - cfg.max_staleness
+                for j, e in sorted(st.inbox.items())
+                if j in live and e.round >= r - self.config.max_staleness
             ]
             if not used:
                 return
             nb = torch.stack([e.x for e in used])
-            self.consensus_gap = float(((nb - self.x) ** 2).sum(1).mean().sqrt())
-            if cfg.rule == "metropolis_hastings":
-                w = mx.metropolis_hastings_row(
-                    len(live), torch.tensor([e.degree for e in used])
-                )
-            elif cfg.rule == "decavg":
-                w = mx.data_weighted_row(
-                    self.num_examples,
-                    torch.tensor([float(e.num_examples) for e in used]),
-                )
-            else:
-                w = mx.uniform_row(len(used))
-            self.x = mx.mix_row(w, self.x, nb)
+            st.consensus_gap = float(((nb - st.x) ** 2).sum(1).mean().sqrt())
+            w = self.rule.row_weights(
+                len(live),
+                float(self.num_examples),
+                torch.tensor([e.degree for e in used]),
+                torch.tensor([float(e.num_examples) for e in used]),
+            )
+            st.x = mx.mix_row(w, st.x, nb)
 
-    def _noloco(self, r: int) -> None:
+    def _pair_with_random_neighbour(self, r: int) -> None:
         """Average with one random live neighbour's current model (pulled)."""
         cfg = self.config
-        live = self.table.live()
-        if not live:
+        partner = self.outbound.random_live()
+        if partner is None:
             return
-        partner = self._rng.choice(live)
         try:
-            msg = self._client(partner.address).pull(self.id)
-            theta_j = self._check_pulled(msg)
-        except (FedplatError, PayloadError) as exc:
-            self.log.info("round %d: pull from %s failed: %s", r, partner.node_id, exc)
-            return
-        self._heard(partner.node_id, msg.header.round)
-        with self._lock:
-            self.bytes_received += len(msg.data)
-            theta_mean = 0.5 * (self.x + theta_j)
-            self.consensus_gap = float((self.x - theta_j).norm())
-            if cfg.outer_step:
-                st = mx.noloco_local_step(
-                    theta_mean, self._phi, self._momentum, cfg.alpha, cfg.beta
-                )
-                self.x, self._phi, self._momentum = st.theta, st.phi, st.momentum
-            else:
-                self.x = theta_mean
-
-    # ================================================================ handlers
-    def reject(self, reason: str, sender: str = "?") -> None:
-        """Count and log a refused message (the model is left untouched)."""
-        with self._lock:
-            self.rejected += 1
-            self.last_rejection = reason
-        self.log.warning("rejected a model from %s: %s", sender, reason)
-
-    def on_hello(self, h: Hello) -> HelloReply:
-        if h.layout_fingerprint != self.fingerprint:
-            raise InvalidArgument(
-                f"model layout differs (fingerprint {h.layout_fingerprint[:12]}..., "
-                f"mine {self.fingerprint[:12]}...)"
-            )
-        if h.sender.node_id == self.id:
-            raise InvalidArgument(f"peer id {self.id!r} is mine")
-        known = h.sender.node_id in self.table
-        linked = h.want_link and (known or len(self.table) < self.config.max_degree)
-        if linked:
-            if self.table.add(h.sender.node_id, h.sender.address):
-                self.log.info(
-                    "linked with %s at %s (incoming)",
-                    h.sender.node_id,
-                    h.sender.address,
-                )
-            # A restarted peer starts a new link: forget its old reference.
-            self._decoder.forget(h.sender.node_id)
-            self._heard(h.sender.node_id, h.round)
-        return HelloReply(
-            PeerAddress(self.id, self.address),
-            self.round,
-            self.fingerprint,
-            linked,
-            tuple(p for p in self.table.addresses() if p.node_id != h.sender.node_id),
-        )
-
-    def on_ping(self, sender_id: str, round: int) -> PingReply:
-        if sender_id in self.table:
-            self._heard(sender_id, round)
-        return PingReply(self.id, self.round, max(1, len(self.table.live())))
-
-    def on_push(self, msg: ModelMessage) -> PushReply:
-        h = msg.header
-        try:
-            x_hat, version = self._validate(msg)
+            _, theta_j = self.outbound.pull(*partner)
         except FedplatError as exc:
-            self.reject(exc.reason, h.sender_id)
-            raise
-        with self._arrived:
-            self._decoder.commit(h.sender_id, x_hat, version)
-            if self.config.rule == "push_sum":
-                self._ps_x = self._ps_x + x_hat
-                self._ps_w += h.push_weight
-                self._ps_round[h.sender_id] = max(
-                    self._ps_round.get(h.sender_id, -1), h.round
+            self.log.info("round %d: pull from %s failed: %s", r, partner[0], exc)
+            return
+        st = self.state
+        with st.lock:
+            theta_mean = 0.5 * (st.x + theta_j)
+            st.consensus_gap = float((st.x - theta_j).norm())
+            if cfg.outer_step:
+                step = mx.noloco_local_step(
+                    theta_mean, st.phi, st.momentum, cfg.alpha, cfg.beta
                 )
+                st.x, st.phi, st.momentum = step.theta, step.phi, step.momentum
             else:
-                self._inbox[h.sender_id] = _Inbound(
-                    h.round, x_hat, h.num_examples, max(1, h.degree)
-                )
-            self.bytes_received += len(msg.data)
-            self._arrived.notify_all()
-        self.table.count_bytes(h.sender_id, received=len(msg.data))
-        self._heard(h.sender_id, h.round, h.degree)
-        return PushReply(True, "", self.round)
-
-    def _validate(self, msg: ModelMessage) -> tuple[torch.Tensor, str]:
-        h = msg.header
-        if h.sender_id not in self.table:
-            raise UnknownClient(
-                f"{h.sender_id!r} is not a neighbour of {self.id!r}; say Hello first"
-            )
-        if self.table.is_blocked(h.sender_id):
-            raise UnknownClient(f"link {h.sender_id}-{self.id} is cut")
-        mismatch = self.layout.describe_mismatch(h.layout)
-        if mismatch:
-            raise InvalidArgument(f"wrong model shape: {mismatch}")
-        if self.config.rule == "push_sum" and not h.push_weight > 0:
-            raise InvalidArgument("push-sum message without a positive weight")
-        try:
-            x_hat, version = self._decoder.decode(
-                h.sender_id, msg.data, h.base_version, h.version
-            )
-        except ReferenceMismatch as exc:
-            raise StaleUpdate(str(exc)) from None
-        except ValueError as exc:  # PayloadError, CompressionError
-            raise InvalidArgument(f"bad model payload: {exc}") from None
-        norm = float(x_hat.norm())
-        if not math.isfinite(norm):
-            raise InvalidArgument("model norm is not finite")
-        return x_hat, version
-
-    def on_pull(self, sender_id: str) -> ModelMessage:
-        if sender_id and self.table.is_blocked(sender_id):
-            raise UnknownClient(f"link {sender_id}-{self.id} is cut")
-        with self._lock:
-            x = self._published.clone()
-            r = self.round
-        data = dense_payload(x).to_bytes()
-        if sender_id in self.table:
-            self._heard(sender_id)
-            self.table.count_bytes(sender_id, sent=len(data))
-        with self._lock:
-            self.bytes_sent += len(data)
-        return ModelMessage(
-            ModelHeader(
-                self.id,
-                r,
-                self.layout,
-                self.num_examples,
-                max(1, len(self.table.live())),
-                0.0,
-                "",
-                "pull",
-                len(data),
-                sha256_hex(data),
-            ),
-            data,
-        )
-
-    def status(self) -> PeerStatus:
-        with self._lock:
-            digest = sha256_hex(self.x.numpy().tobytes())
-            return PeerStatus(
-                node_id=self.id,
-                round=self.round,
-                finished=self.finished,
-                accuracy=self.accuracy,
-                num_examples=self.num_examples,
-                model_sha256=digest,
-                rejected=self.rejected,
-                last_rejection=self.last_rejection,
-                bytes_sent=self.bytes_sent,
-                bytes_received=self.bytes_received,
-                consensus_gap=self.consensus_gap,
-                neighbours=tuple(self.table.views()),
-            )
+                st.x = theta_mean
 
 
 def peer_from_scenario(
@@ -847,12 +435,14 @@ def peer_from_scenario(
     *,
     listen: str,
     seeds: tuple[str, ...],
+    security: PeerSecurity,
     relay: bool | None = None,
     **overrides: Any,
 ) -> PeerNode:
     """The peer for node ``node`` of a scenario (its data share, model, rule).
 
-    ``overrides`` are :class:`PeerConfig` fields (timeouts, pacing, ...).
+    ``overrides`` are :class:`PeerConfig` fields (timeouts, pacing, ...). Only
+    the scenario's nodes (and the membership's observers) are admitted.
     """
     network = NetworkState(scenario)
     is_relay = (not network.has_data(node)) if relay is None else relay
@@ -882,4 +472,8 @@ def peer_from_scenario(
         seed=scenario.seed,
         **overrides,
     )
-    return PeerNode(cfg, model, data.train[node], test, network)
+    members = security.membership.restricted_to(str(i) for i in range(network.n))
+    security = PeerSecurity(
+        security.identity, members, security.tls, security.replay_window_s
+    )
+    return PeerNode(cfg, model, data.train[node], test, network, security=security)

@@ -47,10 +47,17 @@ import os
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fedplat.config import Strict, read_mapping, validation_message
-from fedplat.gossip.mixing import Rule
+from fedplat.gossip.mixing import MIXING_RULES
 from fedplat.gossip.topology import TopologyError, TopologyKind, build_topology
 
 __all__ = [
@@ -101,12 +108,20 @@ class TrainingSpec(Strict):
 
 
 class MixingSpec(Strict):
-    rule: Rule = "decavg"
+    rule: str = "decavg"  # a fedplat.gossip.mixing.MIXING_RULES name
     # NoLoCo only: use the paper's outer step (momentum + consensus pull) instead
     # of plain pairwise averaging.
     outer_step: bool = False
     alpha: float = Field(default=0.7, gt=0)
     beta: float = Field(default=0.5, ge=0, lt=1)
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, rule: str) -> str:
+        if rule not in MIXING_RULES:
+            valid = ", ".join(MIXING_RULES.available())
+            raise ValueError(f"unknown mixing rule {rule!r}; available: {valid}")
+        return MIXING_RULES.key(rule)
 
 
 class LinkSpec(Strict):

@@ -47,7 +47,8 @@ def load_node_data(
 
     A relay's share is dropped rather than handed to others, so the data the
     other nodes hold does not depend on who is a relay (Palmieri et al. 2023
-    compare nodes with and without data at equal shares) [R].
+    compare nodes with and without data at equal shares; not checked against
+    the paper's text).
     """
     train = load_dataset(spec.dataset, "train")
     test = load_dataset(spec.dataset, "test")

@@ -161,10 +161,11 @@ class GossipSimulation:
         self.x = self.init.repeat(n, 1)
         self.sizes = self.data.sizes
         self.observers = list(observers or [])
-        rule = scenario.mixing.rule
+        self.rule = mx.get_mixing_rule(scenario.mixing.rule)
+        pairs = self.rule.exchange == "pairs"
         self._pushsum_w = torch.ones(n, dtype=torch.float64)
-        self._phi = self.x.clone() if rule == "noloco" else None
-        self._momentum = torch.zeros_like(self.x) if rule == "noloco" else None
+        self._phi = self.x.clone() if pairs else None
+        self._momentum = torch.zeros_like(self.x) if pairs else None
         self._pair_gen = torch.Generator().manual_seed(scenario.seed)
         links = scenario.links
         self._compressor = (
@@ -172,8 +173,10 @@ class GossipSimulation:
             if links.compressor == "identity"
             else make_compressor(links.compressor, links.params)
         )
-        if self._compressor is not None and rule == "noloco":
-            raise ValueError("compressed links are not supported with rule noloco")
+        if self._compressor is not None and pairs:
+            raise ValueError(
+                f"compressed links are not supported with rule {self.rule.name}"
+            )
         self._x_hat = torch.zeros_like(self.x) if self._compressor else None
         self._dense_bytes = dense_size(self.stack.dim)
         self._link_bytes: dict[tuple[int, int], int] = defaultdict(int)
@@ -190,10 +193,9 @@ class GossipSimulation:
         if not nodes:
             return
         idx = torch.tensor(nodes)
-        rule = s.mixing.rule
         start = (
             mx.push_sum_estimate(self.x[idx], self._pushsum_w[idx])
-            if rule == "push_sum"
+            if self.rule.debiased
             else self.x[idx]
         )
         # Per node and round seeds, so a run repeats exactly.
@@ -207,7 +209,7 @@ class GossipSimulation:
             lr=s.training.lr,
             max_steps=s.training.max_steps,
         )
-        if rule == "push_sum":
+        if self.rule.debiased:
             # SGP (Assran et al. 2019): the local step changes the numerator.
             self.x[idx] += trained - start
         else:
@@ -233,9 +235,9 @@ class GossipSimulation:
         n = self.network.n
         adj = adjacency(g, n)
         alive = self._alive_mask()
-        rule = self.scenario.mixing.rule
+        rule = self.rule
         sent: dict[int, int] = defaultdict(int)
-        if rule == "noloco":
+        if rule.exchange == "pairs":
             partner = mx.random_pairs(adj, self._pair_gen)
             adj = torch.zeros_like(adj)
             paired = torch.nonzero(partner != torch.arange(n)).reshape(-1)
@@ -247,39 +249,34 @@ class GossipSimulation:
         for u, v in torch.nonzero(torch.triu(adj)).tolist():
             self._link_bytes[(u, v)] += nbytes[u] + nbytes[v]
 
-        if rule == "push_sum":
-            p = mx.push_sum_matrix(adj)
-            # Own share stays exact; neighbours' shares arrive as public copies.
-            own = torch.diagonal(p).to(self.x.dtype)[:, None]
-            new_x = mx.mix(p, public) + own * (self.x - public)
-            self._pushsum_w = p @ self._pushsum_w
-            self.x = new_x
+        if rule.exchange == "pairs":
+            self._pair_step(partner)
             return sent
-        if rule == "noloco":
-            if self.scenario.mixing.outer_step:
-                assert self._phi is not None and self._momentum is not None
-                st = mx.noloco_outer_step(
-                    mx.NoLoCoState(self.x, self._phi, self._momentum),
-                    partner,
-                    self.scenario.mixing.alpha,
-                    self.scenario.mixing.beta,
-                )
-                self.x, self._phi, self._momentum = st.theta, st.phi, st.momentum
-            else:
-                self.x = mx.pair_average(partner, self.x)
-            return sent
-        if rule == "metropolis_hastings":
-            w = mx.metropolis_hastings(adj)
-        elif rule == "decavg":
-            w = mx.data_weighted(adj, self.sizes)
-        else:
-            w = mx.uniform(adj)
+        w = rule.weights(adj, self.sizes)
+        if rule.debiased:  # push-sum: the weights split like the numerators
+            self._pushsum_w = w @ self._pushsum_w
+        # Own share stays exact; neighbours' shares arrive as public copies.
         diag = torch.diagonal(w).to(self.x.dtype)[:, None]
         self.x = mx.mix(w, public) + diag * (self.x - public)
         return sent
 
+    def _pair_step(self, partner: torch.Tensor) -> None:
+        """Average each matched pair (NoLoCo; optionally its outer step)."""
+        m = self.scenario.mixing
+        if m.outer_step:
+            assert self._phi is not None and self._momentum is not None
+            st = mx.noloco_outer_step(
+                mx.NoLoCoState(self.x, self._phi, self._momentum),
+                partner,
+                m.alpha,
+                m.beta,
+            )
+            self.x, self._phi, self._momentum = st.theta, st.phi, st.momentum
+        else:
+            self.x = mx.pair_average(partner, self.x)
+
     def _estimate(self) -> torch.Tensor:
-        if self.scenario.mixing.rule == "push_sum":
+        if self.rule.debiased:
             return mx.push_sum_estimate(self.x, self._pushsum_w)
         return self.x
 

@@ -25,37 +25,43 @@ _sym_db = _symbol_database.Default()
 from fedplat.proto import common_pb2 as common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\npeer.proto\x12\x11\x66\x65\x64plat.gossip.v1\x1a\x0c\x63ommon.proto\",\n\x08PeerInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"y\n\x0cHelloRequest\x12+\n\x06sender\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.PeerInfo\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x1a\n\x12layout_fingerprint\x18\x03 \x01(\t\x12\x11\n\twant_link\x18\x04 \x01(\x08\"\xa6\x01\n\rHelloResponse\x12.\n\tresponder\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.PeerInfo\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x1a\n\x12layout_fingerprint\x18\x03 \x01(\t\x12\x0e\n\x06linked\x18\x04 \x01(\x08\x12*\n\x05known\x18\x05 \x03(\x0b\x32\x1b.fedplat.gossip.v1.PeerInfo\"/\n\x0bPingRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\">\n\x0cPingResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65gree\x18\x03 \x01(\x05\"\xe1\x01\n\x0bModelHeader\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12)\n\x06layout\x18\x03 \x01(\x0b\x32\x19.fedplat.common.v1.Layout\x12\x14\n\x0cnum_examples\x18\x04 \x01(\x03\x12\x0e\n\x06\x64\x65gree\x18\x05 \x01(\x05\x12\x13\n\x0bpush_weight\x18\x06 \x01(\x01\x12\x14\n\x0c\x62\x61se_version\x18\x07 \x01(\t\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x13\n\x0btotal_bytes\x18\t \x01(\x03\x12\x0e\n\x06sha256\x18\n \x01(\t\"V\n\nModelChunk\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32\x1e.fedplat.gossip.v1.ModelHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\":\n\x07PushAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\" \n\x0bPullRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t\"\x0f\n\rStatusRequest\"\xaa\x01\n\x0fNeighbourStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x0f\n\x07\x62locked\x18\x04 \x01(\x08\x12\r\n\x05round\x18\x05 \x01(\x03\x12\x1a\n\x12seconds_since_seen\x18\x06 \x01(\x01\x12\x12\n\nbytes_sent\x18\x07 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x08 \x01(\x03\"\xa5\x02\n\x0eStatusResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\x12\x10\n\x08\x61\x63\x63uracy\x18\x04 \x01(\x01\x12\x14\n\x0cnum_examples\x18\x05 \x01(\x03\x12\x14\n\x0cmodel_sha256\x18\x06 \x01(\t\x12\x10\n\x08rejected\x18\x07 \x01(\x03\x12\x16\n\x0elast_rejection\x18\x08 \x01(\t\x12\x36\n\nneighbours\x18\t \x03(\x0b\x32\".fedplat.gossip.v1.NeighbourStatus\x12\x12\n\nbytes_sent\x18\n \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x0b \x01(\x03\x12\x15\n\rconsensus_gap\x18\x0c \x01(\x01\x32\x85\x03\n\x04Peer\x12J\n\x05Hello\x12\x1f.fedplat.gossip.v1.HelloRequest\x1a .fedplat.gossip.v1.HelloResponse\x12G\n\x04Ping\x12\x1e.fedplat.gossip.v1.PingRequest\x1a\x1f.fedplat.gossip.v1.PingResponse\x12H\n\tPushModel\x12\x1d.fedplat.gossip.v1.ModelChunk\x1a\x1a.fedplat.gossip.v1.PushAck(\x01\x12L\n\tPullModel\x12\x1e.fedplat.gossip.v1.PullRequest\x1a\x1d.fedplat.gossip.v1.ModelChunk0\x01\x12P\n\tGetStatus\x12 .fedplat.gossip.v1.StatusRequest\x1a!.fedplat.gossip.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\npeer.proto\x12\x11\x66\x65\x64plat.gossip.v1\x1a\x0c\x63ommon.proto\",\n\x08PeerInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xc6\x01\n\x0cHelloRequest\x12+\n\x06sender\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.PeerInfo\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x1a\n\x12layout_fingerprint\x18\x03 \x01(\t\x12\x11\n\twant_link\x18\x04 \x01(\x08\x12\x13\n\x0breceiver_id\x18\x05 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x12\r\n\x05nonce\x18\x07 \x01(\x0c\x12\x11\n\tsignature\x18\x08 \x01(\x0c\"\xd0\x01\n\rHelloResponse\x12.\n\tresponder\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.PeerInfo\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x1a\n\x12layout_fingerprint\x18\x03 \x01(\t\x12\x0e\n\x06linked\x18\x04 \x01(\x08\x12*\n\x05known\x18\x05 \x03(\x0b\x32\x1b.fedplat.gossip.v1.PeerInfo\x12\x15\n\rrequest_nonce\x18\x06 \x01(\x0c\x12\x11\n\tsignature\x18\x07 \x01(\x0c\"y\n\x08\x43\x61llAuth\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\x13\n\x0breceiver_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x12\r\n\x05nonce\x18\x05 \x01(\x0c\x12\x11\n\tsignature\x18\x06 \x01(\x0c\"8\n\x0bPingRequest\x12)\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.CallAuth\">\n\x0cPingResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65gree\x18\x03 \x01(\x05\"\xae\x02\n\x0bModelHeader\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12)\n\x06layout\x18\x03 \x01(\x0b\x32\x19.fedplat.common.v1.Layout\x12\x14\n\x0cnum_examples\x18\x04 \x01(\x03\x12\x0e\n\x06\x64\x65gree\x18\x05 \x01(\x05\x12\x13\n\x0bpush_weight\x18\x06 \x01(\x01\x12\x14\n\x0c\x62\x61se_version\x18\x07 \x01(\t\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x13\n\x0btotal_bytes\x18\t \x01(\x03\x12\x0e\n\x06sha256\x18\n \x01(\t\x12\x13\n\x0breceiver_id\x18\x0b \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x0c \x01(\x03\x12\r\n\x05nonce\x18\r \x01(\x0c\x12\x11\n\tsignature\x18\x0e \x01(\x0c\"V\n\nModelChunk\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32\x1e.fedplat.gossip.v1.ModelHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\":\n\x07PushAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\"8\n\x0bPullRequest\x12)\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.CallAuth\":\n\rStatusRequest\x12)\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x1b.fedplat.gossip.v1.CallAuth\"\xaa\x01\n\x0fNeighbourStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x0f\n\x07\x62locked\x18\x04 \x01(\x08\x12\r\n\x05round\x18\x05 \x01(\x03\x12\x1a\n\x12seconds_since_seen\x18\x06 \x01(\x01\x12\x12\n\nbytes_sent\x18\x07 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x08 \x01(\x03\"\x96\x03\n\x0eStatusResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\x12\x10\n\x08\x61\x63\x63uracy\x18\x04 \x01(\x01\x12\x14\n\x0cnum_examples\x18\x05 \x01(\x03\x12\x14\n\x0cmodel_sha256\x18\x06 \x01(\t\x12\x10\n\x08rejected\x18\x07 \x01(\x03\x12\x16\n\x0elast_rejection\x18\x08 \x01(\t\x12\x36\n\nneighbours\x18\t \x03(\x0b\x32\".fedplat.gossip.v1.NeighbourStatus\x12\x12\n\nbytes_sent\x18\n \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x0b \x01(\x03\x12\x15\n\rconsensus_gap\x18\x0c \x01(\x01\x12?\n\x07refused\x18\r \x03(\x0b\x32..fedplat.gossip.v1.StatusResponse.RefusedEntry\x1a.\n\x0cRefusedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x85\x03\n\x04Peer\x12J\n\x05Hello\x12\x1f.fedplat.gossip.v1.HelloRequest\x1a .fedplat.gossip.v1.HelloResponse\x12G\n\x04Ping\x12\x1e.fedplat.gossip.v1.PingRequest\x1a\x1f.fedplat.gossip.v1.PingResponse\x12H\n\tPushModel\x12\x1d.fedplat.gossip.v1.ModelChunk\x1a\x1a.fedplat.gossip.v1.PushAck(\x01\x12L\n\tPullModel\x12\x1e.fedplat.gossip.v1.PullRequest\x1a\x1d.fedplat.gossip.v1.ModelChunk0\x01\x12P\n\tGetStatus\x12 .fedplat.gossip.v1.StatusRequest\x1a!.fedplat.gossip.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_STATUSRESPONSE_REFUSEDENTRY']._loaded_options = None
+  _globals['_STATUSRESPONSE_REFUSEDENTRY']._serialized_options = b'8\001'
   _globals['_PEERINFO']._serialized_start=47
   _globals['_PEERINFO']._serialized_end=91
-  _globals['_HELLOREQUEST']._serialized_start=93
-  _globals['_HELLOREQUEST']._serialized_end=214
-  _globals['_HELLORESPONSE']._serialized_start=217
-  _globals['_HELLORESPONSE']._serialized_end=383
-  _globals['_PINGREQUEST']._serialized_start=385
-  _globals['_PINGREQUEST']._serialized_end=432
-  _globals['_PINGRESPONSE']._serialized_start=434
-  _globals['_PINGRESPONSE']._serialized_end=496
-  _globals['_MODELHEADER']._serialized_start=499
-  _globals['_MODELHEADER']._serialized_end=724
-  _globals['_MODELCHUNK']._serialized_start=726
-  _globals['_MODELCHUNK']._serialized_end=812
-  _globals['_PUSHACK']._serialized_start=814
-  _globals['_PUSHACK']._serialized_end=872
-  _globals['_PULLREQUEST']._serialized_start=874
-  _globals['_PULLREQUEST']._serialized_end=906
-  _globals['_STATUSREQUEST']._serialized_start=908
-  _globals['_STATUSREQUEST']._serialized_end=923
-  _globals['_NEIGHBOURSTATUS']._serialized_start=926
-  _globals['_NEIGHBOURSTATUS']._serialized_end=1096
-  _globals['_STATUSRESPONSE']._serialized_start=1099
-  _globals['_STATUSRESPONSE']._serialized_end=1392
-  _globals['_PEER']._serialized_start=1395
-  _globals['_PEER']._serialized_end=1784
+  _globals['_HELLOREQUEST']._serialized_start=94
+  _globals['_HELLOREQUEST']._serialized_end=292
+  _globals['_HELLORESPONSE']._serialized_start=295
+  _globals['_HELLORESPONSE']._serialized_end=503
+  _globals['_CALLAUTH']._serialized_start=505
+  _globals['_CALLAUTH']._serialized_end=626
+  _globals['_PINGREQUEST']._serialized_start=628
+  _globals['_PINGREQUEST']._serialized_end=684
+  _globals['_PINGRESPONSE']._serialized_start=686
+  _globals['_PINGRESPONSE']._serialized_end=748
+  _globals['_MODELHEADER']._serialized_start=751
+  _globals['_MODELHEADER']._serialized_end=1053
+  _globals['_MODELCHUNK']._serialized_start=1055
+  _globals['_MODELCHUNK']._serialized_end=1141
+  _globals['_PUSHACK']._serialized_start=1143
+  _globals['_PUSHACK']._serialized_end=1201
+  _globals['_PULLREQUEST']._serialized_start=1203
+  _globals['_PULLREQUEST']._serialized_end=1259
+  _globals['_STATUSREQUEST']._serialized_start=1261
+  _globals['_STATUSREQUEST']._serialized_end=1319
+  _globals['_NEIGHBOURSTATUS']._serialized_start=1322
+  _globals['_NEIGHBOURSTATUS']._serialized_end=1492
+  _globals['_STATUSRESPONSE']._serialized_start=1495
+  _globals['_STATUSRESPONSE']._serialized_end=1901
+  _globals['_STATUSRESPONSE_REFUSEDENTRY']._serialized_start=1855
+  _globals['_STATUSRESPONSE_REFUSEDENTRY']._serialized_end=1901
+  _globals['_PEER']._serialized_start=1904
+  _globals['_PEER']._serialized_end=2293
 # @@protoc_insertion_point(module_scope)

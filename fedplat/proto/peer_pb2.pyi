@@ -15,38 +15,64 @@ class PeerInfo(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
-    __slots__ = ("sender", "round", "layout_fingerprint", "want_link")
+    __slots__ = ("sender", "round", "layout_fingerprint", "want_link", "receiver_id", "timestamp_ms", "nonce", "signature")
     SENDER_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     WANT_LINK_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     sender: PeerInfo
     round: int
     layout_fingerprint: str
     want_link: bool
-    def __init__(self, sender: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., want_link: bool = ...) -> None: ...
+    receiver_id: str
+    timestamp_ms: int
+    nonce: bytes
+    signature: bytes
+    def __init__(self, sender: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., want_link: bool = ..., receiver_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class HelloResponse(_message.Message):
-    __slots__ = ("responder", "round", "layout_fingerprint", "linked", "known")
+    __slots__ = ("responder", "round", "layout_fingerprint", "linked", "known", "request_nonce", "signature")
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     LINKED_FIELD_NUMBER: _ClassVar[int]
     KNOWN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_NONCE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     responder: PeerInfo
     round: int
     layout_fingerprint: str
     linked: bool
     known: _containers.RepeatedCompositeFieldContainer[PeerInfo]
-    def __init__(self, responder: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., linked: bool = ..., known: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...) -> None: ...
+    request_nonce: bytes
+    signature: bytes
+    def __init__(self, responder: _Optional[_Union[PeerInfo, _Mapping]] = ..., round: _Optional[int] = ..., layout_fingerprint: _Optional[str] = ..., linked: bool = ..., known: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ..., request_nonce: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class CallAuth(_message.Message):
+    __slots__ = ("sender_id", "receiver_id", "round", "timestamp_ms", "nonce", "signature")
+    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    sender_id: str
+    receiver_id: str
+    round: int
+    timestamp_ms: int
+    nonce: bytes
+    signature: bytes
+    def __init__(self, sender_id: _Optional[str] = ..., receiver_id: _Optional[str] = ..., round: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class PingRequest(_message.Message):
-    __slots__ = ("sender_id", "round")
-    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
-    ROUND_FIELD_NUMBER: _ClassVar[int]
-    sender_id: str
-    round: int
-    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+    __slots__ = ("auth",)
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    auth: CallAuth
+    def __init__(self, auth: _Optional[_Union[CallAuth, _Mapping]] = ...) -> None: ...
 
 class PingResponse(_message.Message):
     __slots__ = ("node_id", "round", "degree")
@@ -59,7 +85,7 @@ class PingResponse(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., degree: _Optional[int] = ...) -> None: ...
 
 class ModelHeader(_message.Message):
-    __slots__ = ("sender_id", "round", "layout", "num_examples", "degree", "push_weight", "base_version", "version", "total_bytes", "sha256")
+    __slots__ = ("sender_id", "round", "layout", "num_examples", "degree", "push_weight", "base_version", "version", "total_bytes", "sha256", "receiver_id", "timestamp_ms", "nonce", "signature")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +96,10 @@ class ModelHeader(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     round: int
     layout: _common_pb2.Layout
@@ -80,7 +110,11 @@ class ModelHeader(_message.Message):
     version: str
     total_bytes: int
     sha256: str
-    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ..., layout: _Optional[_Union[_common_pb2.Layout, _Mapping]] = ..., num_examples: _Optional[int] = ..., degree: _Optional[int] = ..., push_weight: _Optional[float] = ..., base_version: _Optional[str] = ..., version: _Optional[str] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+    receiver_id: str
+    timestamp_ms: int
+    nonce: bytes
+    signature: bytes
+    def __init__(self, sender_id: _Optional[str] = ..., round: _Optional[int] = ..., layout: _Optional[_Union[_common_pb2.Layout, _Mapping]] = ..., num_examples: _Optional[int] = ..., degree: _Optional[int] = ..., push_weight: _Optional[float] = ..., base_version: _Optional[str] = ..., version: _Optional[str] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., receiver_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class ModelChunk(_message.Message):
     __slots__ = ("header", "data")
@@ -101,14 +135,16 @@ class PushAck(_message.Message):
     def __init__(self, accepted: bool = ..., reason: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("sender_id",)
-    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
-    sender_id: str
-    def __init__(self, sender_id: _Optional[str] = ...) -> None: ...
+    __slots__ = ("auth",)
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    auth: CallAuth
+    def __init__(self, auth: _Optional[_Union[CallAuth, _Mapping]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("auth",)
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    auth: CallAuth
+    def __init__(self, auth: _Optional[_Union[CallAuth, _Mapping]] = ...) -> None: ...
 
 class NeighbourStatus(_message.Message):
     __slots__ = ("node_id", "address", "alive", "blocked", "round", "seconds_since_seen", "bytes_sent", "bytes_received")
@@ -131,7 +167,14 @@ class NeighbourStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., alive: bool = ..., blocked: bool = ..., round: _Optional[int] = ..., seconds_since_seen: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "round", "finished", "accuracy", "num_examples", "model_sha256", "rejected", "last_rejection", "neighbours", "bytes_sent", "bytes_received", "consensus_gap")
+    __slots__ = ("node_id", "round", "finished", "accuracy", "num_examples", "model_sha256", "rejected", "last_rejection", "neighbours", "bytes_sent", "bytes_received", "consensus_gap", "refused")
+    class RefusedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +187,7 @@ class StatusResponse(_message.Message):
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     CONSENSUS_GAP_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     round: int
     finished: bool
@@ -156,4 +200,5 @@ class StatusResponse(_message.Message):
     bytes_sent: int
     bytes_received: int
     consensus_gap: float
-    def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., finished: bool = ..., accuracy: _Optional[float] = ..., num_examples: _Optional[int] = ..., model_sha256: _Optional[str] = ..., rejected: _Optional[int] = ..., last_rejection: _Optional[str] = ..., neighbours: _Optional[_Iterable[_Union[NeighbourStatus, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., consensus_gap: _Optional[float] = ...) -> None: ...
+    refused: _containers.ScalarMap[str, int]
+    def __init__(self, node_id: _Optional[str] = ..., round: _Optional[int] = ..., finished: bool = ..., accuracy: _Optional[float] = ..., num_examples: _Optional[int] = ..., model_sha256: _Optional[str] = ..., rejected: _Optional[int] = ..., last_rejection: _Optional[str] = ..., neighbours: _Optional[_Iterable[_Union[NeighbourStatus, _Mapping]]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., consensus_gap: _Optional[float] = ..., refused: _Optional[_Mapping[str, int]] = ...) -> None: ...

@@ -3,7 +3,9 @@
 Downloads are serialized once per model version (:func:`model_messages`) and
 received straight into the client's model vector (:func:`receive_model`); an
 upload's data chunks reach the coordinator as views of the received bytes
-(:func:`parse_update_chunk`, the servicer's request deserializer). Byte counts
+(:func:`parse_update_chunk`, the servicer's request deserializer). Other bodies
+(the gossip peers' models) land in a :class:`BodyBuffer`, preallocated to the
+declared size and hashed as chunks arrive. Byte counts
 (:func:`model_wire_bytes`, :func:`update_wire_bytes`) are every byte of the
 messages, gRPC's 5-byte framing included.
 """
@@ -153,31 +155,65 @@ def receive_model(
     )
 
 
+class BodyBuffer:
+    """Collects a stream's payload into a preallocated ``bytearray``.
+
+    Parameters
+    ----------
+    declared : int
+        Bytes the header announced (already bounded by the caller).
+    sha256 : str
+        Hex digest the header announced.
+    what : str
+        Names the stream in error messages (``"model"``, ``"update"``).
+    """
+
+    def __init__(self, declared: int, sha256: str, what: str) -> None:
+        self.declared = declared
+        self.sha256 = sha256
+        self.what = what
+        self.buf = bytearray(declared)
+        self.pos = 0
+        self._hash = hashlib.sha256()
+
+    def add(self, data: bytes | memoryview) -> None:
+        """Append one chunk; refuses a stream growing past its declared size."""
+        end = self.pos + len(data)
+        if end > self.declared:
+            raise InvalidArgument(
+                f"{self.what} stream longer than its declared {self.declared} bytes"
+            )
+        self.buf[self.pos : end] = data
+        self._hash.update(data)
+        self.pos = end
+
+    def finish(self) -> bytearray:
+        """The whole body, once its length and checksum match the header."""
+        if self.pos != self.declared:
+            raise InvalidArgument(
+                f"{self.what} stream has {self.pos} bytes, header declared "
+                f"{self.declared} (truncated)"
+            )
+        if self._hash.hexdigest() != self.sha256:
+            raise InvalidArgument(
+                f"{self.what} checksum mismatch (corrupted or truncated)"
+            )
+        return self.buf
+
+
 def read_body(rest: Iterator[Any], declared: int, sha256: str, what: str) -> bytes:
-    """Concatenate the ``data`` parts that follow a stream's header.
+    """Read the ``data`` parts that follow a stream's header into one body.
 
     ``rest`` yields the messages after the header (any message with a ``part``
-    oneof of ``header``/``data``, so the peer protocol shares this). Refuses a
-    second header, more or fewer bytes than ``declared``, and a SHA-256 mismatch.
+    oneof of ``header``/``data``). Refuses a second header, more or fewer bytes
+    than ``declared``, and a SHA-256 mismatch.
     """
-    buf = bytearray()
+    body = BodyBuffer(declared, sha256, what)
     for c in rest:
         if c.WhichOneof("part") != "data":
             raise InvalidArgument(f"{what} stream has a second header")
-        buf += c.data
-        if len(buf) > declared:
-            raise InvalidArgument(
-                f"{what} stream longer than its declared {declared} bytes"
-            )
-    data = bytes(buf)
-    if len(data) != declared:
-        raise InvalidArgument(
-            f"{what} stream has {len(data)} bytes, header declared {declared} "
-            "(truncated)"
-        )
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise InvalidArgument(f"{what} checksum mismatch (corrupted or truncated)")
-    return data
+        body.add(c.data)
+    return bytes(body.finish())
 
 
 # -- update upload (client stream) --------------------------------------------------
@@ -250,23 +286,35 @@ class Malformed:
     size: int
 
 
-def parse_update_chunk(raw: bytes) -> pb.UpdateChunk | memoryview | Malformed:
-    """The request deserializer of ``UploadUpdate``: a data chunk comes back as a
-    view of the received bytes (no copy), a header as a parsed message, and
-    anything unparsable as :class:`Malformed` instead of gRPC's logged traceback."""
+def _data_view(raw: bytes) -> memoryview | None:
+    """The payload of a chunk message that holds only field 2 (``data``,
+    length-delimited), as a view of ``raw``; ``None`` for anything else."""
     n = len(raw)
-    if n >= 2 and raw[0] == 0x12:  # field 2 (data), length-delimited
+    if n >= 2 and raw[0] == 0x12:
         length, shift, i = 0, 0, 1
         while i < n and i < 11:
             b = raw[i]
             length |= (b & 0x7F) << shift
             i += 1
             if b < 0x80:
-                if i + length == n:
-                    return memoryview(raw)[i:]
-                break
+                return memoryview(raw)[i:] if i + length == n else None
             shift += 7
-    return parse_or_malformed(pb.UpdateChunk, raw)
+    return None
+
+
+def parse_chunk(cls: type[M], raw: bytes) -> M | memoryview | Malformed:
+    """The request deserializer of a chunked stream (``oneof part {header = 1;
+    data = 2}``: ``UpdateChunk``, the peers' ``ModelChunk``): a data chunk comes
+    back as a view of the received bytes (no copy), a header as a parsed
+    message, and anything unparsable as :class:`Malformed` instead of gRPC's
+    logged traceback."""
+    view = _data_view(raw)
+    return view if view is not None else parse_or_malformed(cls, raw)
+
+
+def parse_update_chunk(raw: bytes) -> pb.UpdateChunk | memoryview | Malformed:
+    """:func:`parse_chunk` for ``UploadUpdate``."""
+    return parse_chunk(pb.UpdateChunk, raw)
 
 
 M = TypeVar("M", bound=Message)

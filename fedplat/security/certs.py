@@ -8,6 +8,12 @@ private keys are written with mode 0600 and never overwritten.
 Under mutual TLS the coordinator binds a client's identity to its certificate:
 :func:`fingerprint` (SHA-256 of the DER certificate) is the identity stored with
 the client, so one certificate cannot enrol under two client ids.
+
+Gossip peers are servers and clients of each other: a *peer certificate*
+(:func:`issue_peer`) carries both usages, the node id as common name and the DNS
+name :func:`peer_dns_name` of that id, which a peer dialling the node verifies,
+so an address cannot be redirected to another holder of a certificate from the
+same CA (a coordinator client's, say).
 """
 
 from __future__ import annotations
@@ -27,11 +33,25 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
+#: Peer certificates name their node as ``<id>.peer.fedplat.invalid`` (a reserved
+#: top-level domain: the name is an identity label and never resolves).
+PEER_DNS_SUFFIX = "peer.fedplat.invalid"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
 class CertError(ValueError):
     """Bad names or SANs, missing CA files, or files that would be overwritten."""
+
+
+@dataclass(frozen=True)
+class CertInfo:
+    """What a certificate says about its holder (see :func:`inspect_certificate`)."""
+
+    common_name: str
+    dns_names: tuple[str, ...]
+    fingerprint: str
+    server_auth: bool
+    client_auth: bool
 
 
 @dataclass(frozen=True)
@@ -79,13 +99,20 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def fingerprint(cert_pem: bytes) -> str:
-    """Hex SHA-256 of a PEM certificate's DER bytes (the mTLS client identity)."""
+def _load_pem(cert_pem: bytes) -> x509.Certificate:
     try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
+        return x509.load_pem_x509_certificate(cert_pem)
     except ValueError as exc:
         raise CertError(f"not a PEM certificate: {exc}") from exc
+
+
+def _der_sha256(cert: x509.Certificate) -> str:
     return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+def fingerprint(cert_pem: bytes) -> str:
+    """Hex SHA-256 of a PEM certificate's DER bytes (the mTLS client identity)."""
+    return _der_sha256(_load_pem(cert_pem))
 
 
 def _builder(
@@ -153,6 +180,36 @@ def _load_ca(d: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     return cert, key
 
 
+def _issue(
+    d: Path,
+    name: str,
+    usages: list[x509.ObjectIdentifier],
+    dns_and_ips: tuple[str, ...],
+    days: int,
+) -> Issued:
+    _check_name(name)
+    if days < 1:
+        raise CertError("days must be >= 1")
+    sans = [_san(s) for s in dns_and_ips]
+    ca_cert, ca_key = _load_ca(d)
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        _builder(name, ca_cert.subject, key, days)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(sans), critical=False
+        )
+    cert = builder.sign(ca_key, hashes.SHA256())
+    cert_path, key_path = d / f"{name}.pem", d / f"{name}.key"
+    _write_new(key_path, _key_pem(key), 0o600)
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    _write_new(cert_path, pem, 0o644)
+    return Issued(cert_path, key_path, fingerprint(pem))
+
+
 def issue(
     directory: str | os.PathLike[str],
     name: str,
@@ -167,39 +224,75 @@ def issue(
     ``127.0.0.1``) and the serverAuth usage; a client certificate the clientAuth
     usage and its name as common name.
     """
-    d = Path(directory)
-    _check_name(name)
-    if days < 1:
-        raise CertError("days must be >= 1")
-    ca_cert, ca_key = _load_ca(d)
-    key = ec.generate_private_key(ec.SECP256R1())
-    usage = (
-        ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    )
-    builder = (
-        _builder(name, ca_cert.subject, key, days)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    )
     if server:
-        names = sans or ("localhost", "127.0.0.1")
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([_san(s) for s in names]), critical=False
+        return _issue(
+            Path(directory),
+            name,
+            [ExtendedKeyUsageOID.SERVER_AUTH],
+            sans or ("localhost", "127.0.0.1"),
+            days,
         )
-    cert = builder.sign(ca_key, hashes.SHA256())
-    cert_path, key_path = d / f"{name}.pem", d / f"{name}.key"
-    _write_new(key_path, _key_pem(key), 0o600)
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    _write_new(cert_path, pem, 0o644)
-    return Issued(cert_path, key_path, fingerprint(pem))
+    return _issue(Path(directory), name, [ExtendedKeyUsageOID.CLIENT_AUTH], (), days)
+
+
+def peer_dns_name(node_id: str) -> str:
+    """The DNS name in node ``node_id``'s peer certificate (what callers verify)."""
+    return f"{node_id}.{PEER_DNS_SUFFIX}"
+
+
+def issue_peer(
+    directory: str | os.PathLike[str],
+    node_id: str,
+    *,
+    sans: tuple[str, ...] = (),
+    days: int = 825,
+) -> Issued:
+    """A gossip peer's ``NODE_ID.pem``/``NODE_ID.key``: server and client usages,
+    common name ``node_id``, DNS names :func:`peer_dns_name` and ``localhost``,
+    IP ``127.0.0.1``, plus ``sans`` (the hosts the peer is reached at)."""
+    return _issue(
+        Path(directory),
+        node_id,
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+        tuple(dict.fromkeys((peer_dns_name(node_id), "localhost", "127.0.0.1", *sans))),
+        days,
+    )
+
+
+def inspect_certificate(cert_pem: bytes) -> CertInfo:
+    """Common name, DNS names, fingerprint and usages of a PEM certificate."""
+    cert = _load_pem(cert_pem)
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        dns = tuple(san.value.get_values_for_type(x509.DNSName))
+    except x509.ExtensionNotFound:
+        dns = ()
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        usages = set(eku)
+    except x509.ExtensionNotFound:
+        usages = set()
+    return CertInfo(
+        common_name=str(cns[0].value) if cns else "",
+        dns_names=dns,
+        fingerprint=_der_sha256(cert),
+        server_auth=ExtendedKeyUsageOID.SERVER_AUTH in usages,
+        client_auth=ExtendedKeyUsageOID.CLIENT_AUTH in usages,
+    )
 
 
 __all__ = [
     "CA_CERT",
     "CA_KEY",
+    "PEER_DNS_SUFFIX",
     "CertError",
+    "CertInfo",
     "Issued",
     "create_ca",
     "fingerprint",
+    "inspect_certificate",
     "issue",
+    "issue_peer",
+    "peer_dns_name",
 ]

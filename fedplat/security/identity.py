@@ -96,9 +96,11 @@ ENROL = "fedplat-enrol-v1"
 UPDATE = "fedplat-update-v1"
 PEER_HELLO = "fedplat-peer-hello-v1"
 PEER_MODEL = "fedplat-peer-model-v1"
+PEER_CALL = "fedplat-peer-call-v1"  # a gossip peer's ping, pull and status calls
 
 __all__ = [
     "ENROL",
+    "PEER_CALL",
     "PEER_HELLO",
     "PEER_MODEL",
     "PUBLIC_KEY_BYTES",

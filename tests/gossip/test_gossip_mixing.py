@@ -332,3 +332,35 @@ def test_noloco_local_step_equals_pair_step() -> None:
         step = mx.noloco_local_step(theta.mean(0), phi[i], m[i])
         torch.testing.assert_close(step.phi, pair.phi[i])
         torch.testing.assert_close(step.momentum, pair.momentum[i])
+
+
+def test_one_registry_of_mixing_rules_serves_the_sim_and_the_peers() -> None:
+    # Each averaging rule's per-peer row equals the row of its matrix form.
+    g = torch.tensor(
+        [[0, 1, 1, 0], [1, 0, 1, 1], [1, 1, 0, 0], [0, 1, 0, 0]], dtype=torch.bool
+    )
+    sizes = torch.tensor([10.0, 0.0, 30.0, 5.0])
+    deg = g.sum(1)
+    for name in ("metropolis_hastings", "decavg", "uniform"):
+        rule = mx.get_mixing_rule(name)
+        w = rule.weights(g, sizes)
+        for i in range(4):
+            nb = torch.nonzero(g[i]).reshape(-1)
+            row = rule.row_weights(int(deg[i]), float(sizes[i]), deg[nb], sizes[nb])
+            torch.testing.assert_close(row[0], w[i, i])
+            torch.testing.assert_close(row[1:], w[i, nb])
+    assert mx.get_mixing_rule("push_sum").debiased
+    assert mx.get_mixing_rule("noloco").exchange == "pairs"
+    assert set(mx.RULES) == {
+        "metropolis_hastings",
+        "decavg",
+        "uniform",
+        "push_sum",
+        "noloco",
+    }
+    with pytest.raises(ValueError, match="unknown mixing rule 'gossip'; available"):
+        mx.get_mixing_rule("gossip")
+    with pytest.raises(ValueError, match="already registered"):
+        mx.register_mixing_rule(mx.MixingRule("uniform", "average"))
+    with pytest.raises(ValueError, match="no per-peer weights"):
+        mx.get_mixing_rule("push_sum").row_weights(1, 1.0, deg[:1], sizes[:1])

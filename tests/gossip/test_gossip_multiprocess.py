@@ -1,12 +1,15 @@
 """Real peer processes on 127.0.0.1, driven by a scenario: kill two, restart one.
 
-Eight ``fedplat gossip node`` processes on a ring train digits with a small MLP.
-After round 5 the launcher SIGKILLs peers 2 and 5 (their neighbours must notice
-by heartbeat), after round 7 it restarts peer 2, which must catch up from its
-neighbours and finish with them. Meanwhile a bad model is pushed to a running
-peer, which refuses it with a reason and carries on. Bounded in time: rounds are
-paced at 0.6 s so the restart (a cold Python + torch start, slow on a loaded
-2-core machine) happens while the others still train.
+Eight ``fedplat gossip node`` processes on a ring, over mutual TLS (the
+launcher makes the CA, certificates, keys and membership), train digits with a
+small MLP. After round 5 the launcher SIGKILLs peers 2 and 5 (their neighbours
+must notice by heartbeat), after round 7 it restarts peer 2, which must catch up
+from its neighbours and finish with them. Meanwhile an outsider holding a
+certificate of the same CA is refused, and a compromised member pushes a NaN
+model, which the running peer refuses with a reason before carrying on.
+Bounded in time: rounds are paced at 0.6 s so the restart (a cold Python +
+torch start, slow on a loaded 2-core machine) happens while the others still
+train.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ import torch
 import yaml
 
 from fedplat.compression import dense_payload
-from fedplat.gossip.client import PeerClient
 from fedplat.gossip.launcher import LaunchResult, ProcessLauncher
-from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddress
+from fedplat.gossip.messages import ModelHeader, PeerAddress
+from fedplat.gossip.pki import ClusterFiles
 from fedplat.gossip.recorder import GossipRecorder
+from fedplat.gossip.tls import PeerTls
+from fedplat.security.certs import issue
 from fedplat.store import Store
-from fedplat.transport.errors import FedplatError, InvalidArgument
+from fedplat.transport.errors import FedplatError, InvalidArgument, PermissionDenied
 from tests.support import wait_for
+from tests.support.gossip import client_as, observer
 
 pytestmark = pytest.mark.integration  # starts real processes
 
@@ -54,19 +60,36 @@ def _scenario(tmp: Path) -> Path:
     return p
 
 
-def _push_nan(address: str) -> str:
-    """Link to a running peer as 'intruder' and push a NaN model; the reason."""
-    with PeerClient(address, timeout=10) as cl:
-        st = cl.status()
-        msg0 = cl.pull("")
-        layout = msg0.header.layout
-        cl.hello(Hello(PeerAddress("intruder", "127.0.0.1:9"), 0, layout.fingerprint()))
+def _outsider_is_refused(files: ClusterFiles, address: str) -> list[str]:
+    """A client certificate from the deployment's CA, but no membership: every
+    call is refused (its reasons)."""
+    made = issue(files.pki, "outsider", server=False)
+    tls = PeerTls.load(files.ca, made.cert_path, made.key_path)
+    reasons = []
+    with client_as(files, "launcher", address, "0", tls=tls) as cl:
+        for call in (
+            lambda: cl.hello(PeerAddress("launcher", "127.0.0.1:9"), 0, "f" * 64),
+            cl.pull,
+            cl.status,
+        ):
+            with pytest.raises(PermissionDenied) as info:
+                call()
+            reasons.append(info.value.reason)
+    return reasons
+
+
+def _push_nan(files: ClusterFiles, address: str) -> str:
+    """Peer 1's identity (a compromised member) pushes a NaN model to peer 0."""
+    with observer(files, address, "0") as obs:
+        layout = obs.pull().header.layout
+        round = obs.status().round
+    with client_as(files, "1", address, "0", timeout=10) as cl:
         x = torch.zeros(layout.numel)
         x[0] = float("nan")
         data = dense_payload(x).to_bytes()
         h = ModelHeader(
-            "intruder",
-            st.round,
+            "1",
+            round + 1000,
             layout,
             100,
             1,
@@ -77,7 +100,7 @@ def _push_nan(address: str) -> str:
             hashlib.sha256(data).hexdigest(),
         )
         try:
-            cl.push(ModelMessage(h, data))
+            cl.push(h, data, layout.fingerprint())
         except InvalidArgument as exc:
             return exc.reason
     return "accepted"
@@ -118,7 +141,8 @@ def test_eight_peer_processes_survive_kills_and_a_restart_rejoins(
                 return 0
 
         wait_for(lambda: peer0_round() >= 2, 240, "peer 0 to train two rounds")
-        reason = _push_nan(launcher.address(0))
+        outsider = _outsider_is_refused(launcher.cluster, launcher.address(0))
+        reason = _push_nan(launcher.cluster, launcher.address(0))
     finally:
         runner.join(360)
     res = out["r"]
@@ -128,9 +152,12 @@ def test_eight_peer_processes_survive_kills_and_a_restart_rejoins(
     )
 
     # Bad input: refused with a reason; the peer went on to finish.
+    assert all("'outsider' is not a member" in r for r in outsider), outsider
     assert "non-finite" in reason, reason
     log0 = (tmp_path / "logs" / "node-0.log").read_text()
-    assert "rejected a model from intruder" in log0
+    assert "refused push:invalid_argument from node 1: bad model payload" in log0
+    assert "refused hello:permission_denied from node outsider" in log0
+    assert "WITHOUT TLS" not in log0
 
     # Nobody crashed: the survivors and the restarted peer exited cleanly; only
     # the peer killed for good died by SIGKILL.

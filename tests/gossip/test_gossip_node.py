@@ -1,88 +1,50 @@
-"""Peer protocol and peer node in one process: validation, exchange, bootstrap."""
+"""Peer protocol and peer node in one process: validation, exchange, bootstrap
+(over mutual TLS, as deployed)."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
 from fedplat.compression import Payload, create_compressor, dense_payload
-from fedplat.gossip import serde
-from fedplat.gossip.client import PeerClient
 from fedplat.gossip.links import LinkDecoder, LinkEncoder, ReferenceMismatch
 from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.neighbours import NeighbourTable
-from fedplat.gossip.node import PeerConfig, PeerNode
-from fedplat.gossip.scenario import DataSpec, ModelSpec
-from fedplat.gossip.setup import NodeData, build_model, load_node_data
+from fedplat.gossip.node import PeerNode
+from fedplat.gossip.pki import ClusterFiles
+from fedplat.gossip.setup import NodeData, build_model
+from fedplat.gossip.signing import Signer
 from fedplat.proto import peer_pb2 as pb
-from fedplat.transport.errors import InvalidArgument, StaleUpdate, UnknownClient
+from fedplat.proto import peer_serde as serde
+from fedplat.transport.errors import (
+    InvalidArgument,
+    ResourceExhausted,
+    StaleUpdate,
+    UnknownClient,
+)
 from fedplat.vectors import Layout, TensorSpec, flatten
 from tests.support import free_port, wait_for
-
-MODEL = ModelSpec(name="mlp", params={"hidden": [16]})
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.support.gossip import (
+    MODEL,
+    SPARE,
+    client_as,
+    make_peer,
+    make_ring,
+    observer,
+    peer_files,
+    run_peers,
+)
 
 
 @pytest.fixture(scope="module")
-def data() -> NodeData:
-    return load_node_data(DataSpec(dataset="digits"), 4, 0)
-
-
-def _node(
-    data: NodeData, i: int, port: int, seeds: tuple[str, ...] = (), **over: Any
-) -> PeerNode:
-    cfg: dict[str, Any] = {
-        "node_id": str(i),
-        "listen": f"127.0.0.1:{port}",
-        "seeds": seeds,
-        "rounds": 5,
-        "lr": 0.1,
-        "batch_size": 16,
-        "heartbeat_s": 0.2,
-        "dead_after_s": 1.5,
-        "round_timeout_s": 5.0,
-        "linger_s": 0.5,
-        "bootstrap_timeout_s": 20.0,
-    }
-    cfg.update(over)
-    model = build_model(MODEL, (1, 8, 8), 10, 0)
-    return PeerNode(PeerConfig(**cfg), model, data.train[i], data.test)
-
-
-def _ring(data: NodeData, n: int, **over: Any) -> list[PeerNode]:
-    ports = [free_port() for _ in range(n)]
-    return [
-        _node(
-            data,
-            i,
-            ports[i],
-            tuple(f"{j}@127.0.0.1:{ports[j]}" for j in ((i - 1) % n, (i + 1) % n)),
-            **over,
-        )
-        for i in range(n)
-    ]
-
-
-def _run_all(nodes: list[PeerNode], timeout: float = 60) -> None:
-    threads = [threading.Thread(target=nd.run, daemon=True) for nd in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a peer did not finish"
+def files(tmp_path_factory: pytest.TempPathFactory) -> ClusterFiles:
+    """CA, certificates, keys and membership of peers 0-3 (and a spare member)."""
+    return peer_files(tmp_path_factory.mktemp("pki"), [str(i) for i in range(4)])
 
 
 # ------------------------------------------------------------------ pure parts
@@ -102,11 +64,15 @@ def test_serde_round_trips_and_refuses_bad_streams() -> None:
         "e:2",
         len(data),
         hashlib.sha256(data).hexdigest(),
+        "b",
+        123,
+        b"n" * 16,
+        b"s" * 64,
     )
     msg = ModelMessage(h, data)
     back = serde.model_from_chunks(list(serde.model_to_chunks(msg, 4)), 100)
     assert back == msg
-    with pytest.raises(InvalidArgument, match="oversize"):
+    with pytest.raises(ResourceExhausted, match="oversize"):
         serde.model_from_chunks(serde.model_to_chunks(msg, 4), 9)
     chunks = list(serde.model_to_chunks(msg, 4))
     with pytest.raises(InvalidArgument, match="truncated"):
@@ -119,7 +85,11 @@ def test_serde_round_trips_and_refuses_bad_streams() -> None:
     bad.header.push_weight = float("nan")
     with pytest.raises(InvalidArgument, match="push weight"):
         serde.model_from_chunks([bad], 100)
-    hello = Hello(PeerAddress("a", "127.0.0.1:1"), 2, "f" * 64)
+    bad = pb.ModelChunk(header=serde.model_header_to_proto(h))
+    bad.header.nonce = b"short"
+    with pytest.raises(InvalidArgument, match="nonce must be 16 bytes"):
+        serde.model_from_chunks([bad], 100)
+    hello = Hello(PeerAddress("a", "127.0.0.1:1"), 2, "f" * 64, True, "", 5, b"n" * 16)
     assert serde.hello_from_proto(serde.hello_to_proto(hello)) == hello
 
 
@@ -170,83 +140,115 @@ def test_link_codec_tracks_the_model_and_recovers_from_lost_references() -> None
 
 def _evil_message(
     node: PeerNode,
+    files: ClusterFiles,
     vec: torch.Tensor | None = None,
     *,
     layout: Layout | None = None,
     data: bytes | None = None,
     total: int | None = None,
     sha: str | None = None,
-    sender: str = "evil",
+    base_version: str = "",
+    sender: str = SPARE,
 ) -> list[pb.ModelChunk]:
+    """A model from a compromised member (its real key): well signed, bad inside."""
     if data is None:
         v = vec if vec is not None else torch.zeros(node.dim)
         data = dense_payload(v).to_bytes()
+    layout = layout or node.layout
     h = ModelHeader(
         sender,
         1,
-        layout or node.layout,
+        layout,
         10,
         1,
         0.0,
-        "",
+        base_version,
         "evil:1",
         len(data) if total is None else total,
         sha or hashlib.sha256(data).hexdigest(),
+        receiver_id=node.id,
     )
+    h = Signer(sender, files.identity(sender)).model(h, layout.fingerprint())
     return list(serde.model_to_chunks(ModelMessage(h, data), 64 * 1024))
 
 
 def test_bad_models_are_rejected_with_a_reason_and_the_peer_keeps_its_model(
-    data: NodeData,
+    data: NodeData, files: ClusterFiles
 ) -> None:
-    node = _node(data, 0, free_port(), max_model_bytes=1_000_000)
+    node = make_peer(data, files, 0, free_port())
     node.start()
     try:
         before = node.status().model_sha256
-        with PeerClient(node.address) as evil:
-            # An unknown sender is refused before anything is read.
+        with client_as(files, SPARE, node.address, node.id) as evil:
+            # A member that is not a neighbour is refused before the body.
             with pytest.raises(UnknownClient, match="not a neighbour"):
-                evil.push_chunks(_evil_message(node))
-            reply = evil.hello(
-                Hello(PeerAddress("evil", "127.0.0.1:1"), 0, node.fingerprint)
-            )
+                evil.push_chunks(_evil_message(node, files))
+            reply = evil.hello(PeerAddress(SPARE, "127.0.0.1:1"), 0, node.fingerprint)
             assert reply.linked
             nan = torch.zeros(node.dim)
             nan[5] = float("nan")
             wrong = Layout(
                 (TensorSpec("net.1.weight", (16, 65)), *node.layout.specs[1:])
             )
-            cases = [
-                ([pb.ModelChunk(data=b"\x00" * 10)], "must start with a header"),
-                (_evil_message(node, data=b"garbage" * 20), "bad magic"),
+            cases: list[tuple[list[pb.ModelChunk], type[Exception], str]] = [
                 (
-                    _evil_message(node, layout=wrong),
+                    [pb.ModelChunk(data=b"\x00" * 10)],
+                    InvalidArgument,
+                    "must start with a header",
+                ),
+                (
+                    _evil_message(node, files, data=b"garbage" * 20),
+                    InvalidArgument,
+                    "bad magic",
+                ),
+                (
+                    _evil_message(node, files, layout=wrong),
+                    InvalidArgument,
                     "wrong model shape: tensor 'net.1.weight' has shape \\[16, 65\\]",
                 ),
-                (_evil_message(node, nan), "non-finite"),
-                (_evil_message(node, torch.zeros(node.dim + 3)), "declared dimension"),
-                (_evil_message(node, data=b"x" * 2_000_000), "oversize model"),
-                (_evil_message(node, total=10**12), "oversize model"),
-                (_evil_message(node, sha="0" * 64), "checksum mismatch"),
-                ([*_evil_message(node)[:-1], pb.ModelChunk(data=b"")], "truncated"),
+                (_evil_message(node, files, nan), InvalidArgument, "non-finite"),
+                (
+                    _evil_message(node, files, torch.zeros(node.dim - 3)),
+                    InvalidArgument,
+                    "declared dimension",
+                ),
+                (
+                    _evil_message(node, files, data=b"x" * 2_000_000),
+                    ResourceExhausted,
+                    "oversize model",
+                ),
+                (
+                    _evil_message(node, files, total=10**12),
+                    ResourceExhausted,
+                    "oversize model",
+                ),
+                (
+                    _evil_message(node, files, sha="0" * 64),
+                    InvalidArgument,
+                    "checksum mismatch",
+                ),
+                (
+                    [*_evil_message(node, files)[:-1], pb.ModelChunk(data=b"")],
+                    InvalidArgument,
+                    "truncated",
+                ),
             ]
-            for chunks, reason in cases:
-                with pytest.raises(InvalidArgument, match=reason):
+            for chunks, error, reason in cases:
+                with pytest.raises(error, match=reason):
                     evil.push_chunks(chunks)
             # A delta against a reference the peer never had.
-            stale = _evil_message(node)
-            stale[0].header.base_version = "other:7"
             with pytest.raises(StaleUpdate, match="unknown here"):
-                evil.push_chunks(stale)
+                evil.push_chunks(_evil_message(node, files, base_version="other:7"))
             st = evil.status()
         assert st.rejected == len(cases) + 2
         assert "unknown here" in st.last_rejection
+        assert st.refused["push:invalid_argument"] == 7
         assert st.model_sha256 == before
-        assert "evil" not in node._inbox
+        assert SPARE not in node.state.inbox
         # A well-formed model from the same sender is accepted afterwards.
-        with PeerClient(node.address) as ok:
-            ok.push_chunks(_evil_message(node, torch.ones(node.dim)))
-        torch.testing.assert_close(node._inbox["evil"].x, torch.ones(node.dim))
+        with client_as(files, SPARE, node.address, node.id) as ok:
+            ok.push_chunks(_evil_message(node, files, torch.ones(node.dim)))
+        torch.testing.assert_close(node.state.inbox[SPARE].x, torch.ones(node.dim))
         assert node.status().model_sha256 == before  # mixing happens in rounds
     finally:
         node.stop()
@@ -255,13 +257,14 @@ def test_bad_models_are_rejected_with_a_reason_and_the_peer_keeps_its_model(
 # ------------------------------------------------------------------ rounds
 
 
-def test_ring_of_peers_learns(data: NodeData) -> None:
-    nodes = _ring(data, 4, rounds=6)
-    _run_all(nodes)
+def test_ring_of_peers_learns(data: NodeData, files: ClusterFiles) -> None:
+    nodes = make_ring(data, files, 4, rounds=6)
+    run_peers(nodes)
     accs = [nd.accuracy for nd in nodes]
     assert all(a is not None and a > 0.75 for a in accs), accs
     assert all(nd.round == 6 and nd.finished for nd in nodes)
-    assert all(nd.bytes_sent > 0 and nd.rejected == 0 for nd in nodes)
+    assert all(nd.state.bytes_sent > 0 and nd.state.rejected == 0 for nd in nodes)
+    assert all(nd.status().refused == {} for nd in nodes)
     # Neighbours mixed: models are close to each other compared with their size.
     xs = torch.stack([nd.x for nd in nodes])
     spread = float((xs - xs.mean(0)).norm(dim=1).max())
@@ -276,9 +279,11 @@ def test_ring_of_peers_learns(data: NodeData) -> None:
         {"rule": "decavg", "compressor": "topk", "compressor_params": {"ratio": 0.2}},
     ],
 )
-def test_other_rules_and_compressed_links(data: NodeData, over: dict[str, Any]) -> None:
-    nodes = _ring(data, 3, rounds=5, **over)
-    _run_all(nodes)
+def test_other_rules_and_compressed_links(
+    data: NodeData, files: ClusterFiles, over: dict[str, Any]
+) -> None:
+    nodes = make_ring(data, files, 3, rounds=5, **over)
+    run_peers(nodes)
     accs = [nd.accuracy for nd in nodes]
     assert all(a is not None and a > 0.5 for a in accs), accs
     if over["rule"] == "push_sum":
@@ -286,15 +291,15 @@ def test_other_rules_and_compressed_links(data: NodeData, over: dict[str, Any]) 
         assert sum(nd.push_weight for nd in nodes) == pytest.approx(3.0)
     if "compressor" in over:
         dense = 4 * nodes[0].dim
-        assert all(nd.bytes_sent < 0.6 * dense * 2 * 5 for nd in nodes)
+        assert all(nd.state.bytes_sent < 0.6 * dense * 2 * 5 for nd in nodes)
 
 
-def test_emergent_topology_from_one_seed(data: NodeData) -> None:
+def test_emergent_topology_from_one_seed(data: NodeData, files: ClusterFiles) -> None:
     port0 = free_port()
-    hub = _node(data, 0, port0)
+    hub = make_peer(data, files, 0, port0)
     hub.start()
     others = [
-        _node(data, i, free_port(), (f"127.0.0.1:{port0}",), target_degree=2)
+        make_peer(data, files, i, free_port(), (f"127.0.0.1:{port0}",), target_degree=2)
         for i in (1, 2, 3)
     ]
     try:
@@ -315,13 +320,15 @@ def test_emergent_topology_from_one_seed(data: NodeData) -> None:
 
 @pytest.mark.integration
 def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
-    data: NodeData,
+    data: NodeData, files: ClusterFiles
 ) -> None:
     ports = [free_port() for _ in range(3)]
 
     def make(i: int, **over: Any) -> PeerNode:
         seeds = tuple(f"{j}@127.0.0.1:{ports[j]}" for j in range(3) if j != i)
-        return _node(data, i, ports[i], seeds, rounds=60, min_round_s=0.05, **over)
+        return make_peer(
+            data, files, i, ports[i], seeds, rounds=60, min_round_s=0.05, **over
+        )
 
     a, b, c = make(0), make(1), make(2)
     threads = [threading.Thread(target=nd.run, daemon=True) for nd in (a, b, c)]
@@ -349,12 +356,12 @@ def test_dead_neighbour_is_detected_and_a_restarted_peer_catches_up(
         t.join(20)
 
 
-def test_pulled_model_is_the_published_one(data: NodeData) -> None:
-    node = _node(data, 0, free_port())
+def test_pulled_model_is_the_published_one(data: NodeData, files: ClusterFiles) -> None:
+    node = make_peer(data, files, 0, free_port())
     node.start()
     try:
-        with PeerClient(node.address) as cl:
-            msg = cl.pull("")
+        with observer(files, node.address, node.id) as cl:
+            msg = cl.pull()
         vals = Payload.from_bytes(msg.data).values
         torch.testing.assert_close(vals, node.x)
         assert msg.header.layout == node.layout

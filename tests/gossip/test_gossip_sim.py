@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,6 @@ from fedplat.vectors import flatten, load_vector
 from tests.support import REPO
 
 EXAMPLES = REPO / "examples" / "scenarios"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # Many tiny matmuls: intra-op threads only add contention on 2 shared cores.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _scenario(**over: Any) -> Any:

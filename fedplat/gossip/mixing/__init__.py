@@ -5,8 +5,6 @@ stacked model matrix, a real peer applies the ``*_row`` forms to its own model a
 the ones it received. ``tests/test_packaging.py`` keeps this package pure.
 """
 
-from typing import Literal, get_args
-
 from fedplat.gossip.mixing.consensus import consensus_distance
 from fedplat.gossip.mixing.noloco import (
     NoLoCoState,
@@ -23,6 +21,13 @@ from fedplat.gossip.mixing.pushsum import (
     push_sum_share,
     push_sum_step,
 )
+from fedplat.gossip.mixing.rules import (
+    MIXING_RULES,
+    Exchange,
+    MixingRule,
+    get_mixing_rule,
+    register_mixing_rule,
+)
 from fedplat.gossip.mixing.weights import (
     check_adjacency,
     data_weighted,
@@ -36,19 +41,21 @@ from fedplat.gossip.mixing.weights import (
 )
 
 #: Names accepted by ``mixing.rule`` in scenarios and by ``fedplat gossip node``.
-Rule = Literal["metropolis_hastings", "decavg", "uniform", "push_sum", "noloco"]
-RULES: tuple[str, ...] = get_args(Rule)
+RULES: tuple[str, ...] = tuple(MIXING_RULES.available())
 
 __all__ = [
+    "MIXING_RULES",
     "RULES",
+    "Exchange",
+    "MixingRule",
     "NoLoCoState",
     "PushSumShare",
     "PushSumState",
-    "Rule",
     "check_adjacency",
     "consensus_distance",
     "data_weighted",
     "data_weighted_row",
+    "get_mixing_rule",
     "metropolis_hastings",
     "metropolis_hastings_row",
     "mix",
@@ -61,6 +68,7 @@ __all__ = [
     "push_sum_share",
     "push_sum_step",
     "random_pairs",
+    "register_mixing_rule",
     "uniform",
     "uniform_row",
 ]

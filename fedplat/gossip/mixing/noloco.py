@@ -1,11 +1,11 @@
 """NoLoCo-style gossip: each round every node averages with one random peer.
 
-NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911; ALGORITHMS.md section 6)
-replaces DiLoCo's all-reduce by averaging inside random groups of ``n = 2``
-replicas drawn from a permutation of all ranks (``sparse_optimizer_c.py`` in
-jkolehm/noloco). On a communication graph a node can only pair with a neighbour,
-so :func:`random_pairs` draws a random matching of the graph's edges: with a
-complete graph this is the paper's random pairing.
+NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911) replaces DiLoCo's all-reduce
+by averaging inside random groups of ``n = 2`` replicas drawn from a permutation
+of all ranks (``sparse_optimizer_c.py`` in jkolehm/noloco). On a communication
+graph a node can only pair with a neighbour, so :func:`random_pairs` draws a
+random matching of the graph's edges: with a complete graph this is the paper's
+random pairing.
 
 Two update rules over the pairs:
 
@@ -102,7 +102,7 @@ def noloco_outer_step(
     *,
     consensus: bool = True,
 ) -> NoLoCoState:
-    """NoLoCo's outer step inside each pair (ALGORITHMS.md section 6).
+    """NoLoCo's outer step inside each pair (arXiv 2506.10911).
 
     With ``G`` the group of ``i`` (itself and its partner, or itself alone)::
 

@@ -85,12 +85,12 @@ def data_weighted(
     """DecAvg weights: neighbourhood average weighted by local data size.
 
     ``W[i, j] = |D_j| / sum_{k in N(i) ∪ {i}} |D_k|`` for ``j in N(i) ∪ {i}``
-    (Palmieri et al. 2023, ALGORITHMS.md section 4; the FedAvg weighting applied to
-    a neighbourhood). Rows sum to 1; columns in general do not, so the network
-    average drifts toward well-connected data-rich nodes, as in the paper. A node
-    with no data (a relay) gets weight 0 in every average it takes part in, but
-    still forwards knowledge: its own row averages its neighbours. A row whose
-    whole neighbourhood holds no data keeps its own model.
+    (Palmieri et al. 2023; the FedAvg weighting applied to a neighbourhood, not
+    checked against the paper's text). Rows sum to 1; columns in general do not, so
+    the network average drifts toward well-connected data-rich nodes, as in the
+    paper. A node with no data (a relay) gets weight 0 in every average it takes
+    part in, but still forwards knowledge: its own row averages its neighbours. A
+    row whose whole neighbourhood holds no data keeps its own model.
 
     Parameters
     ----------

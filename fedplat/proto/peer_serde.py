@@ -1,10 +1,12 @@
-"""The only module of :mod:`fedplat.gossip` that knows the peer protocol's protobufs.
+"""Protobuf conversion of the gossip peer protocol (``peer.proto``).
 
 Paired ``x_to_proto`` / ``x_from_proto`` functions. The ``*_from_proto`` ones face
-the network: they check every field and raise
-:class:`~fedplat.transport.errors.InvalidArgument` with a reason. A model stream
-is refused from its header alone when it declares more bytes than the receiver
-accepts, and while streaming as soon as it grows past what it declared.
+the network: they check every field's shape and size and raise
+:class:`~fedplat.transport.errors.InvalidArgument` with a reason; whether a
+message is *allowed* (membership, signature, freshness) is decided by
+:mod:`fedplat.gossip.guard`. A model stream is refused from its header alone
+when it declares more bytes than the receiver accepts, and while streaming as
+soon as it grows past what it declared.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from fedplat.gossip.messages import (
+    CallAuth,
     Hello,
     HelloReply,
     ModelHeader,
@@ -23,14 +26,16 @@ from fedplat.gossip.messages import (
     PingReply,
     PushReply,
 )
+from fedplat.gossip.signing import NONCE_BYTES
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto.serde import layout_from_proto, layout_to_proto
-from fedplat.proto.streams import read_body
-from fedplat.transport.errors import InvalidArgument
+from fedplat.proto.streams import BodyBuffer
+from fedplat.security.identity import SIGNATURE_BYTES
+from fedplat.transport.errors import InvalidArgument, ResourceExhausted
 
 MAX_NAME_LEN = 256
-MAX_LAYOUT_TENSORS = 100_000
 MAX_KNOWN_PEERS = 1024
+MAX_STATUS_KINDS = 256
 
 
 def _name(value: str, what: str, *, required: bool = True) -> str:
@@ -45,6 +50,20 @@ def _nonneg(value: int, what: str) -> int:
     if value < 0:
         raise InvalidArgument(f"{what} must be >= 0, got {value}")
     return int(value)
+
+
+def _nonce(value: bytes, what: str = "nonce") -> bytes:
+    if len(value) != NONCE_BYTES:
+        raise InvalidArgument(f"{what} must be {NONCE_BYTES} bytes, got {len(value)}")
+    return bytes(value)
+
+
+def _signature(value: bytes) -> bytes:
+    # An empty or wrong signature is an authentication failure, decided later;
+    # here only its size is bounded.
+    if len(value) > SIGNATURE_BYTES:
+        raise InvalidArgument(f"signature longer than {SIGNATURE_BYTES} bytes")
+    return bytes(value)
 
 
 # ------------------------------------------------------------------ peers
@@ -64,6 +83,10 @@ def hello_to_proto(h: Hello) -> pb.HelloRequest:
         round=h.round,
         layout_fingerprint=h.layout_fingerprint,
         want_link=h.want_link,
+        receiver_id=h.receiver_id,
+        timestamp_ms=h.timestamp_ms,
+        nonce=h.nonce,
+        signature=h.signature,
     )
 
 
@@ -73,6 +96,10 @@ def hello_from_proto(msg: pb.HelloRequest) -> Hello:
         _nonneg(msg.round, "round"),
         _name(msg.layout_fingerprint, "layout fingerprint"),
         bool(msg.want_link),
+        _name(msg.receiver_id, "receiver id", required=False),
+        _nonneg(msg.timestamp_ms, "timestamp"),
+        _nonce(msg.nonce),
+        _signature(msg.signature),
     )
 
 
@@ -83,6 +110,8 @@ def hello_reply_to_proto(r: HelloReply) -> pb.HelloResponse:
         layout_fingerprint=r.layout_fingerprint,
         linked=r.linked,
         known=[peer_to_proto(p) for p in r.known],
+        request_nonce=r.request_nonce,
+        signature=r.signature,
     )
 
 
@@ -95,6 +124,30 @@ def hello_reply_from_proto(msg: pb.HelloResponse) -> HelloReply:
         _name(msg.layout_fingerprint, "layout fingerprint"),
         bool(msg.linked),
         tuple(peer_from_proto(p) for p in msg.known),
+        _nonce(msg.request_nonce, "request nonce"),
+        _signature(msg.signature),
+    )
+
+
+def call_to_proto(c: CallAuth) -> pb.CallAuth:
+    return pb.CallAuth(
+        sender_id=c.sender_id,
+        receiver_id=c.receiver_id,
+        round=c.round,
+        timestamp_ms=c.timestamp_ms,
+        nonce=c.nonce,
+        signature=c.signature,
+    )
+
+
+def call_from_proto(msg: pb.CallAuth) -> CallAuth:
+    return CallAuth(
+        _name(msg.sender_id, "sender id"),
+        _name(msg.receiver_id, "receiver id", required=False),
+        _nonneg(msg.round, "round"),
+        _nonneg(msg.timestamp_ms, "timestamp"),
+        _nonce(msg.nonce),
+        _signature(msg.signature),
     )
 
 
@@ -125,6 +178,10 @@ def model_header_to_proto(h: ModelHeader) -> pb.ModelHeader:
         version=h.version,
         total_bytes=h.total_bytes,
         sha256=h.sha256,
+        receiver_id=h.receiver_id,
+        timestamp_ms=h.timestamp_ms,
+        nonce=h.nonce,
+        signature=h.signature,
     )
 
 
@@ -144,7 +201,19 @@ def model_header_from_proto(msg: pb.ModelHeader) -> ModelHeader:
         version=_name(msg.version, "version", required=False),
         total_bytes=_nonneg(msg.total_bytes, "total_bytes"),
         sha256=_name(msg.sha256, "sha256"),
+        receiver_id=_name(msg.receiver_id, "receiver id", required=False),
+        timestamp_ms=_nonneg(msg.timestamp_ms, "timestamp"),
+        nonce=_nonce(msg.nonce),
+        signature=_signature(msg.signature),
     )
+
+
+def check_model_size(header: ModelHeader, max_bytes: int) -> None:
+    """Refuse a model declaring more bytes than ``max_bytes`` (before any body)."""
+    if header.total_bytes > max_bytes:
+        raise ResourceExhausted(
+            f"oversize model: {header.total_bytes} bytes declared, limit is {max_bytes}"
+        )
 
 
 def model_to_chunks(msg: ModelMessage, chunk_bytes: int) -> Iterator[pb.ModelChunk]:
@@ -155,26 +224,41 @@ def model_to_chunks(msg: ModelMessage, chunk_bytes: int) -> Iterator[pb.ModelChu
         yield pb.ModelChunk(data=bytes(view[start : start + chunk_bytes]))
 
 
+def first_model_header(chunk: pb.ModelChunk) -> ModelHeader:
+    """The header a model stream must start with."""
+    if chunk.WhichOneof("part") != "header":
+        raise InvalidArgument("model stream must start with a header")
+    return model_header_from_proto(chunk.header)
+
+
+def model_data(chunk: pb.ModelChunk) -> bytes:
+    """The payload bytes of a chunk after the header."""
+    if chunk.WhichOneof("part") != "data":
+        raise InvalidArgument("model stream has a second header")
+    return chunk.data
+
+
 def model_from_chunks(chunks: Iterable[pb.ModelChunk], max_bytes: int) -> ModelMessage:
     """Reassemble a model stream; refuses oversize, truncated or corrupted ones.
 
     Raises
     ------
     InvalidArgument
-        No header first, a second header, more than ``max_bytes`` declared, more
-        or fewer bytes than declared, or a checksum mismatch.
+        No header first, a second header, more or fewer bytes than declared, or
+        a checksum mismatch.
+    ResourceExhausted
+        More than ``max_bytes`` declared.
     """
     it = iter(chunks)
     first = next(it, None)
-    if first is None or first.WhichOneof("part") != "header":
+    if first is None:
         raise InvalidArgument("model stream must start with a header")
-    header = model_header_from_proto(first.header)
-    if header.total_bytes > max_bytes:
-        raise InvalidArgument(
-            f"oversize model: {header.total_bytes} bytes declared, limit is {max_bytes}"
-        )
-    data = read_body(it, header.total_bytes, header.sha256, "model")
-    return ModelMessage(header, data)
+    header = first_model_header(first)
+    check_model_size(header, max_bytes)
+    body = BodyBuffer(header.total_bytes, header.sha256, "model")
+    for c in it:
+        body.add(model_data(c))
+    return ModelMessage(header, body.finish())
 
 
 def push_reply_to_proto(r: PushReply) -> pb.PushAck:
@@ -214,10 +298,13 @@ def status_to_proto(s: PeerStatus) -> pb.StatusResponse:
             )
             for n in s.neighbours
         ],
+        refused=dict(s.refused),
     )
 
 
 def status_from_proto(msg: pb.StatusResponse) -> PeerStatus:
+    if len(msg.neighbours) > MAX_KNOWN_PEERS or len(msg.refused) > MAX_STATUS_KINDS:
+        raise InvalidArgument("status lists too many neighbours or refusal kinds")
     return PeerStatus(
         node_id=msg.node_id,
         round=int(msg.round),
@@ -243,4 +330,5 @@ def status_from_proto(msg: pb.StatusResponse) -> PeerStatus:
             )
             for n in msg.neighbours
         ),
+        refused={str(k): int(v) for k, v in msg.refused.items()},
     )
