@@ -17,6 +17,7 @@ The primitives SecAgg needs (Bonawitz et al., CCS 2017, Sec. 3), all from the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -128,6 +129,12 @@ def decrypt_for(
         ) from None
 
 
+@functools.lru_cache(maxsize=4)
+def _zeros(nbytes: int) -> bytes:
+    # The counter-mode input: shared read-only, allocated once per length.
+    return bytes(nbytes)
+
+
 class MaskExpander:
     """Expands 32-byte seeds into uint32 masks ``[d]`` in one reusable buffer.
 
@@ -140,7 +147,7 @@ class MaskExpander:
         if d < 1:
             raise SecAggError(f"mask length must be >= 1, got {d}")
         self.d = d
-        self._zeros = bytes(4 * d)
+        self._zeros = _zeros(4 * d)
         # update_into needs room for one block beyond the input.
         self._buf = bytearray(4 * d + _AES_BLOCK - 1)
         self._view = np.frombuffer(self._buf, dtype="<u4", count=d)

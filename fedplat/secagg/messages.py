@@ -271,11 +271,9 @@ def encode(msg: Message) -> bytes:
             + body
         )
     if isinstance(msg, MaskedInput):
-        return (
-            _head(_MASKED, msg.session, msg.client_id)
-            + _U32.pack(msg.data.size)
-            + msg.data.astype("<u4", copy=False).tobytes()
-        )
+        head = _head(_MASKED, msg.session, msg.client_id) + _U32.pack(msg.data.size)
+        values = np.ascontiguousarray(msg.data, dtype="<u4")
+        return b"".join((head, values.data))  # one copy of the 4 d' bytes
     if isinstance(msg, UnmaskRequest):
         return _head(_REQUEST, msg.session, msg.recipient) + _ids(msg.survivors)
     lists = (msg.self_mask_shares, msg.key_shares)
@@ -288,16 +286,21 @@ def encode(msg: Message) -> bytes:
 
 # ------------------------------------------------------------------- decoding
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    """Cursor over the received bytes; slices are views until a field is built."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data = memoryview(data).cast("B")
         self.pos = 0
 
-    def take(self, n: int) -> bytes:
+    def view(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
             raise SecAggError("message truncated")
         out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
+
+    def take(self, n: int) -> bytes:
+        return bytes(self.view(n))
 
     def u32(self) -> int:
         return int(_U32.unpack(self.take(4))[0])
@@ -312,7 +315,7 @@ class _Reader:
 
     def ids(self, limit: int, what: str) -> tuple[int, ...]:
         n = self.count(limit, 4, what)
-        return tuple(int(i) for i in np.frombuffer(self.take(4 * n), dtype="<u4"))
+        return tuple(int(i) for i in np.frombuffer(self.view(4 * n), dtype="<u4"))
 
     def done(self) -> None:
         if self.pos != len(self.data):
@@ -321,7 +324,7 @@ class _Reader:
 
 def decode(data: bytes | bytearray | memoryview, config: SecAggConfig) -> Message:
     """Parse and validate one untrusted message of the round ``config`` describes."""
-    r = _Reader(bytes(data))
+    r = _Reader(data)
     magic, kind, session, party = _HEAD.unpack(r.take(_HEAD.size))
     if magic != MAGIC:
         raise SecAggError("not a secure-aggregation message")
@@ -355,7 +358,8 @@ def decode(data: bytes | bytearray | memoryview, config: SecAggConfig) -> Messag
             raise SecAggError(
                 f"masked input has {n} entries, expected {config.ring_dim}"
             )
-        data_ = np.frombuffer(r.take(4 * n), dtype="<u4").astype(np.uint32, copy=False)
+        # A read-only view of the received buffer: no copy of the 4 d' bytes.
+        data_ = np.frombuffer(r.view(4 * n), dtype="<u4").astype(np.uint32, copy=False)
         msg = MaskedInput(session, party, data_)
     elif kind == _REQUEST:
         msg = UnmaskRequest(session, party, r.ids(n_max, "survivor ids"))

@@ -1,0 +1,85 @@
+"""Tiny mode of bench/secagg.py: the unmasked sum matches the plain sum within
+1e-6 despite 10% dropouts, the overhead ratios are computed, and the sparse
+SecAgg+ graph costs each client fewer bytes than SecAgg's complete graph.
+
+No timing assertion: only that the ratios exist (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import REPO
+
+pytestmark = pytest.mark.integration  # starts a real process
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("secagg") / "secagg.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.secagg", "--tiny", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _ratio(x: object) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_schema(tiny: dict) -> None:
+    assert tiny["benchmark"] == "secagg" and tiny["tiny"] is True
+    for key in (
+        "clients",
+        "params",
+        "dropout",
+        "max_rel_error",
+        "time_overhead",
+        "bytes_overhead",
+    ):
+        assert key in tiny, key
+    assert tiny["clients"] == 20 and tiny["dropout"] == pytest.approx(0.1)
+    assert [r["name"] for r in tiny["rows"]] == [
+        "secagg_plus",
+        "secagg_plus_no_rotation",
+        "secagg_complete",
+    ]
+    for row in tiny["rows"]:
+        assert set(row["phases"]) == {"advertise", "share", "masked_input", "unmask"}
+        for side in ("client", "coordinator"):
+            assert _ratio(row["time_overhead"][side])
+            assert _ratio(row["bytes_overhead"][side])
+
+
+def test_unmasked_sum_matches_the_plain_sum_despite_dropouts(tiny: dict) -> None:
+    assert tiny["max_rel_error"] < 1e-6 and tiny["l2_rel_error"] < 1e-6
+    for row in tiny["rows"]:
+        assert row["survivors"] == 18 and row["dropped"] == tiny["dropped_clients"]
+        # The fixed-point bound holds (plus float32 rounding of the rotation).
+        assert row["error_l2"] <= row["error_bound_l2"] * 1.01 + 1e-9
+    rows = {r["name"]: r for r in tiny["rows"]}
+    # The rotation buys a finer grid for the same 32 bits: a smaller error.
+    assert (
+        rows["secagg_plus"]["l2_rel_error"]
+        < rows["secagg_plus_no_rotation"]["l2_rel_error"]
+    )
+
+
+def test_sparse_graph_costs_clients_less_than_the_complete_graph(tiny: dict) -> None:
+    rows = {r["name"]: r for r in tiny["rows"]}
+    plus, full = rows["secagg_plus"], rows["secagg_complete"]
+    assert plus["degree"] < full["degree"] == tiny["clients"] - 1
+    assert plus["bytes"]["client"] < full["bytes"]["client"]
+    # Every client uploads at least its update's worth of bytes (the masked
+    # input is one uint32 per coordinate of the padded vector).
+    assert plus["bytes_overhead"]["client_upload"] >= 1.0
