@@ -8,6 +8,7 @@ The threat model and its limits are in ``docs/privacy.md``.
 """
 
 from fedplat.secagg.client import SecAggClient
+from fedplat.secagg.compat import check_secagg_compatible
 from fedplat.secagg.config import SecAggConfig
 from fedplat.secagg.errors import SecAggAborted, SecAggError, SecAggRejected
 from fedplat.secagg.graph import GraphParameters, harary_parameters, neighbours
@@ -27,6 +28,7 @@ __all__ = [
     "SecAggRejected",
     "SecAggResult",
     "SecAggServer",
+    "check_secagg_compatible",
     "decode",
     "encode",
     "harary_parameters",
