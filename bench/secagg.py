@@ -33,8 +33,9 @@ the coordinator (all bytes in and out). One thread (``torch.set_num_threads(1)``
 
 Usage::
 
-    nice -n 10 python -m bench.secagg          # 100 clients, 1M params (minutes)
+    nice -n 10 python -m bench.secagg          # 100 clients, 1M params (~10 min)
     python -m bench.secagg --tiny              # 20 clients, digits (seconds)
+    python -m bench.secagg --markdown          # the tables in docs/privacy.md
 """
 
 from __future__ import annotations
@@ -338,11 +339,74 @@ def run(setup: Setup, log: Any) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ docs
+def render_markdown(results: dict[str, Any]) -> str:
+    """The tables of docs/privacy.md, rendered from ``secagg.json`` (a test
+    checks that the committed docs contain exactly this text)."""
+    lines = [
+        "| row | k | t | rotation | max rel. error | L2 rel. error "
+        "| client s (plain) | client time | coordinator s (plain) "
+        "| coordinator time | client bytes (plain) | client bytes "
+        "| coordinator bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["rows"]:
+        sec, by = r["seconds"], r["bytes"]
+        t, b = r["time_overhead"], r["bytes_overhead"]
+        lines.append(
+            f"| `{r['name']}` | {r['degree']} | {r['threshold']} "
+            f"| {'yes' if r['rotation'] else 'no'} "
+            f"| {r['max_rel_error']:.2e} | {r['l2_rel_error']:.2e} "
+            f"| {sec['client_seconds']:.4f} ({sec['baseline']['client_seconds']:.4f}) "
+            f"| **{t['client']:.1f}x** "
+            f"| {sec['coordinator_seconds']:.3f} "
+            f"({sec['baseline']['coordinator_seconds']:.3f}) "
+            f"| **{t['coordinator']:.1f}x** "
+            f"| {by['client']:,.0f} ({by['baseline_client']:,}) "
+            f"| **{b['client']:.3f}x** | {b['coordinator']:.3f}x |"
+        )
+    head = results["rows"][0]
+    q = head["quantization"]
+    lines += [
+        "",
+        f"Fixed point of `{head['name']}`: ring {q['ring']}, "
+        f"d' = {q['ring_dim']:,} (d = {results['params']:,} padded), "
+        f"B = {q['bound_B']:.6f} (S = {results['setup']['clip_norm']}), "
+        f"M = {q['levels_M']:,}, L2 error bound {head['error_bound_l2']:.2e}, "
+        f"measured L2 error {head['error_l2']:.2e}; "
+        f"{results['updates']['updates_clipped']} of {results['clients']} updates "
+        f"clipped (median norm {results['updates']['update_norm_median']:.3f}).",
+        "",
+        f"Per phase, `{head['name']}` (mean per surviving client; coordinator "
+        "totals; seconds are medians over the repetitions):",
+        "",
+        "| phase | client s | coordinator s | client sent B | client received B "
+        "| coordinator sent B | coordinator received B |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for phase, v in head["phases"].items():
+        lines.append(
+            f"| {phase} | {v['client_seconds']:.4f} | {v['coordinator_seconds']:.3f} "
+            f"| {v['client_bytes_sent']:,.0f} | {v['client_bytes_received']:,.0f} "
+            f"| {v['coordinator_bytes_sent']:,.0f} "
+            f"| {v['coordinator_bytes_received']:,.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="20 clients on digits")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the docs tables rendered from --out and exit",
+    )
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(render_markdown(json.loads(args.out.read_text())), end="")
+        return 0
     torch.set_num_threads(1)
     setup = TINY if args.tiny else FULL
     t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """Tiny mode of bench/secagg.py: the unmasked sum matches the plain sum within
 1e-6 despite 10% dropouts, the overhead ratios are computed, and the sparse
-SecAgg+ graph costs each client fewer bytes than SecAgg's complete graph.
+SecAgg+ graph costs each client fewer bytes than SecAgg's complete graph; and
+docs/privacy.md quotes the committed secagg.json exactly.
 
 No timing assertion: only that the ratios exist (the machine is shared).
 """
@@ -15,8 +16,6 @@ import sys
 import pytest
 
 from tests.support import REPO
-
-pytestmark = pytest.mark.integration  # starts a real process
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +36,7 @@ def _ratio(x: object) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.integration  # starts a real process
 def test_schema(tiny: dict) -> None:
     assert tiny["benchmark"] == "secagg" and tiny["tiny"] is True
     for key in (
@@ -61,6 +61,7 @@ def test_schema(tiny: dict) -> None:
             assert _ratio(row["bytes_overhead"][side])
 
 
+@pytest.mark.integration  # starts a real process
 def test_unmasked_sum_matches_the_plain_sum_despite_dropouts(tiny: dict) -> None:
     assert tiny["max_rel_error"] < 1e-6 and tiny["l2_rel_error"] < 1e-6
     for row in tiny["rows"]:
@@ -75,6 +76,7 @@ def test_unmasked_sum_matches_the_plain_sum_despite_dropouts(tiny: dict) -> None
     )
 
 
+@pytest.mark.integration  # starts a real process
 def test_sparse_graph_costs_clients_less_than_the_complete_graph(tiny: dict) -> None:
     rows = {r["name"]: r for r in tiny["rows"]}
     plus, full = rows["secagg_plus"], rows["secagg_complete"]
@@ -83,3 +85,13 @@ def test_sparse_graph_costs_clients_less_than_the_complete_graph(tiny: dict) -> 
     # Every client uploads at least its update's worth of bytes (the masked
     # input is one uint32 per coordinate of the padded vector).
     assert plus["bytes_overhead"]["client_upload"] >= 1.0
+
+
+def test_docs_quote_the_committed_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO))  # bench/ is not an installed package
+    from bench.secagg import RESULTS, render_markdown
+
+    doc = (REPO / "docs" / "privacy.md").read_text()
+    begin, end = "<!-- secagg-table:begin -->\n", "<!-- secagg-table:end -->"
+    quoted = doc[doc.index(begin) + len(begin) : doc.index(end)]
+    assert quoted == render_markdown(json.loads(RESULTS.read_text()))

@@ -46,6 +46,13 @@ def test_bound_is_tight_for_one_row() -> None:
     assert ratio == pytest.approx(bound, rel=1e-5)
 
 
+def test_bound_at_the_compression_benchmark_size() -> None:
+    # docs/privacy.md: L is 6.2-6.6 for d = 199,210 in 9,961 buckets.
+    cs = CountSketch(rows=1, cols=9961)
+    for rnd, seed in ((1, 0), (2, 1), (3, 0)):
+        assert 6.1 < count_sketch_norm_bound(cs, 199_210, round=rnd, seed=seed) < 6.6
+
+
 def test_bound_is_above_the_operator_norm_for_several_rows() -> None:
     cs = CountSketch(rows=3, cols=40)
     bound = count_sketch_norm_bound(cs, 300, round=ROUND, seed=SEED)
