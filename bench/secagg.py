@@ -44,8 +44,6 @@ import argparse
 import copy
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -62,6 +60,7 @@ import cryptography  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.common import environment, write_results  # noqa: E402
 from fedplat.compression.wire import Payload, dense_payload  # noqa: E402
 from fedplat.data.datasets import load_dataset  # noqa: E402
 from fedplat.data.partition import iid  # noqa: E402
@@ -417,19 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tiny": args.tiny,
         **body,
         "setup": asdict(setup),
-        "environment": {
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "cryptography": cryptography.__version__,
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "threads": 1,
-            "wall_seconds": time.perf_counter() - t0,
-        },
+        "environment": environment(
+            t0, numpy=np.__version__, cryptography=cryptography.__version__
+        ),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
+    write_results(args.out, out, t0)
     return 0
 
 

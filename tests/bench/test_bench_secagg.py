@@ -10,26 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, run_bench
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("secagg") / "secagg.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.secagg", "--tiny", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_bench("bench.secagg", out)
 
 
 def _ratio(x: object) -> bool:
