@@ -43,10 +43,7 @@ Writes ``bench/results/leakage.json``. Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -58,6 +55,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bench.common import environment, write_results
 from fedplat.compression import Compressor, CountSketch, GaussianSketch
 from fedplat.data import load_dataset
 from fedplat.models import create_model
@@ -434,17 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tiny": args.tiny,
         "setup": asdict(setup),
         **run(setup, lambda s: print(s, file=sys.stderr, flush=True)),
-        "environment": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "threads": 1,
-            "wall_seconds": time.perf_counter() - t0,
-        },
+        "environment": environment(t0),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
+    write_results(args.out, out, t0)
     return 0
 
 

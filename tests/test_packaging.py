@@ -44,6 +44,7 @@ ALGORITHM_PACKAGES = [
     "aggregators",
     "fedplat/compression",
     "fedplat/privacy",
+    "fedplat/secagg",
     "fedplat/contribution",
     "fedplat/gossip/mixing",
     "fedplat/vectors.py",

@@ -215,6 +215,15 @@ class CountSketch(_Stateless):
         signs = torch.randint(0, 2, (d,), generator=g, dtype=torch.int8)
         return buckets, signs.to(torch.float32).mul_(2.0).sub_(1.0)
 
+    def bucket_loads(self, d: int, *, round: int, seed: int) -> torch.Tensor:
+        """Coordinates hashed into each bucket, int64 ``[rows, cols]``."""
+        return torch.stack(
+            [
+                torch.bincount(self._hashes(d, seed, round, j)[0], minlength=self.cols)
+                for j in range(self.rows)
+            ]
+        )
+
     def encode(self, vec: torch.Tensor, *, round: int, seed: int) -> Payload:
         """``vec`` ``[d]`` -> sketch payload ``[rows * cols]`` (row-major)."""
         h = check_vector(vec)

@@ -8,14 +8,11 @@ Everything is seeded (model, sketch, DP noise), so the numbers repeat exactly.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 
-from tests.support import REPO
+from tests.support import run_bench
 
 pytestmark = pytest.mark.integration  # starts real processes
 
@@ -23,15 +20,7 @@ pytestmark = pytest.mark.integration  # starts real processes
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("leakage") / "leakage.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.leakage", "--tiny", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_bench("bench.leakage", out)
 
 
 def test_schema(tiny: dict) -> None:

@@ -1,6 +1,7 @@
 """Helpers shared by the tests (imported as ``tests.support``); fixtures live in
 ``tests/conftest.py``. No test module imports another test module."""
 
+from tests.support.bench import run_bench
 from tests.support.clients import digits_client
 from tests.support.configs import (
     REPO,
@@ -18,6 +19,7 @@ __all__ = [
     "digits_client",
     "free_port",
     "issue_tokens",
+    "run_bench",
     "run_config",
     "run_without_fedplat",
     "wait_for",
