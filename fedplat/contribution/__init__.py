@@ -9,21 +9,18 @@
 * reward shares (:mod:`~fedplat.contribution.rewards`);
 * the hash-chained, Ed25519-signed ledger (:mod:`~fedplat.contribution.ledger`,
   :mod:`~fedplat.security.keys`);
-* the coordinator hook :class:`ContributionAccountant`.
+* the coordinator hook :class:`ContributionAccountant`
+  (:mod:`~fedplat.contribution.accountant`), which values a round
+  (:mod:`~fedplat.contribution.valuation`), labels it
+  (:mod:`~fedplat.contribution.labelling`), keeps the run's totals
+  (:mod:`~fedplat.contribution.standings`) and returns the round's ledger record
+  (:mod:`~fedplat.contribution.record`) for the coordinator to store; its results
+  are typed in :mod:`~fedplat.contribution.results`.
 
 See docs/contribution.md and ALGORITHMS.md section 5.
 """
 
-from fedplat.contribution.accountant import (
-    ClientContribution,
-    ClientStanding,
-    ContributionAccountant,
-    ContributionCost,
-    ContributionError,
-    ContributionStore,
-    RoundContribution,
-    make_utility_from_metric,
-)
+from fedplat.contribution.accountant import ContributionAccountant, ContributionStore
 from fedplat.contribution.config import ContributionSection, FlagSection, GTGSection
 from fedplat.contribution.ledger import (
     LedgerEntry,
@@ -35,6 +32,14 @@ from fedplat.contribution.ledger import (
     verify_run_ledger,
 )
 from fedplat.contribution.loo import leave_one_out
+from fedplat.contribution.results import (
+    ClientContribution,
+    ClientStanding,
+    ContributionCost,
+    ContributionError,
+    PendingRecord,
+    RoundContribution,
+)
 from fedplat.contribution.rewards import reward_shares
 from fedplat.contribution.scorers import (
     available_scorers,
@@ -48,7 +53,11 @@ from fedplat.contribution.shapley import (
     gtg_shapley,
 )
 from fedplat.contribution.similarity import coordinate_median, cosine_to_reference
-from fedplat.contribution.utility import SubsetUtility, UtilityError
+from fedplat.contribution.utility import (
+    SubsetUtility,
+    UtilityError,
+    make_utility_from_metric,
+)
 from fedplat.security.keys import (
     KeyFileError,
     key_id,
@@ -75,6 +84,7 @@ __all__ = [
     "LedgerHead",
     "LedgerProblem",
     "LedgerReport",
+    "PendingRecord",
     "RoundContribution",
     "SubsetUtility",
     "UtilityError",

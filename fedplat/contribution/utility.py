@@ -13,8 +13,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
+
+from fedplat.metrics import LOWER_IS_BETTER
 
 #: ``(updates [k, d], weights [k] | None) -> new global weights [d]``.
 AggregateFn = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -122,3 +125,24 @@ def _finite(value: float, what: str) -> float:
     if not math.isfinite(out):
         raise UtilityError(f"{what} is not finite: {out}")
     return out
+
+
+def make_utility_from_metric(
+    evaluate: Callable[[torch.Tensor], Any], metric: str = "accuracy"
+) -> UtilityFn:
+    """Adapt an evaluator to a utility function: the named value of its result.
+
+    ``evaluate(weights)`` returns an object with ``value(name) -> float`` (the
+    coordinator's ``Evaluator`` does). Values where lower is better
+    (:data:`fedplat.metrics.LOWER_IS_BETTER`: loss, MAE, ...) are negated, so a
+    larger utility is always a better model. NaN becomes an error.
+    """
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+
+    def utility(weights: torch.Tensor) -> float:
+        value = float(evaluate(weights).value(metric))
+        if math.isnan(value):
+            raise UtilityError(f"utility {metric!r} is NaN (empty held-out set?)")
+        return sign * value
+
+    return utility
