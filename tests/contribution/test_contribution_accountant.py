@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from fedplat.contribution import (
     ContributionError,
     ContributionSection,
     ContributionStore,
+    RoundContribution,
     reward_shares,
     verify_run_ledger,
 )
@@ -32,6 +32,7 @@ from fedplat.contribution.flags import (
     sketch_cosine,
 )
 from fedplat.store import Store
+from tests.support.contribution import close_accounted_round, commit_ledger
 
 D = 4000
 
@@ -85,34 +86,42 @@ def _run(store: Store, ids: list[str], rounds: int = 10) -> str:
     return run.id
 
 
-def _open_round(store: Store, run_id: str, r: int, ids: list[str]) -> None:
-    store.start_round(
-        run_id,
-        r,
-        selected=ids,
-        deadline_at=datetime.now(UTC) + timedelta(minutes=5),
-        model_version=r - 1,
-    )
+Write = Callable[[Store, ContributionAccountant, RoundContribution], None]
+
+
+def _account(
+    acc: ContributionAccountant,
+    toy: Toy,
+    r: int,
+    updates: torch.Tensor,
+    decisions: list[ClientDecision] | None = None,
+) -> RoundContribution:
+    """Account round ``r`` the way the coordinator does (FedAvg, its decisions
+    and aggregate), then move the toy's global model."""
+    res = toy.agg(updates, toy.weights())
+    rc = acc.on_round(
+        r, toy.ids, updates, toy.weights(), toy.global_, toy.aggregate_fn,
+        toy.utility, res.decisions if decisions is None else decisions, None, None,
+        aggregate=res.aggregate,
+    )  # fmt: skip
+    toy.global_ = toy.global_ + res.aggregate
+    return rc
 
 
 def _play(
     acc: ContributionAccountant,
     toy: Toy,
     store: Store,
-    run_id: str,
     rounds: range,
     make: Any,
-) -> list[Any]:
+    write: Write = close_accounted_round,
+) -> list[RoundContribution]:
+    """Account ``rounds`` and store each one (with the round, by default)."""
     out = []
     for r in rounds:
-        _open_round(store, run_id, r, toy.ids)
         updates = torch.stack([make(i, r) for i in range(len(toy.ids))])
-        res = toy.agg(updates, toy.weights())
-        rc = acc.on_round(
-            r, toy.ids, updates, toy.weights(), toy.global_, toy.aggregate_fn,
-            toy.utility, res.decisions, None, None, aggregate=res.aggregate,
-        )  # fmt: skip
-        toy.global_ = toy.global_ + res.aggregate
+        rc = _account(acc, toy, r, updates)
+        write(store, acc, rc)
         out.append(rc)
     return out
 
@@ -146,16 +155,17 @@ def test_accountant_scores_flags_and_rewards(store: Store) -> None:
     )
     acc = ContributionAccountant(cfg, store, run_id, key)
     toy = Toy(IDS, SIZES)
-    rcs = _play(acc, toy, store, run_id, range(1, 6), _behaviour(toy))
+    rcs = _play(acc, toy, store, range(1, 6), _behaviour(toy))
 
     first = rcs[0]
     # U(∅) of round 2 is round 1's U(N), reused without evaluating it again.
     assert rcs[1].utility_before == first.utility_after
-    assert first.valued and not first.truncated and first.ledger_seq == 8
+    assert first.valued and not first.truncated
+    assert [e.seq for e in first.pending.entries] == list(range(1, 9))
     assert first.cost.utility_evaluations > 8 and first.cost.permutations >= 30
     assert first.utility_after is not None and first.utility_before is not None
     gtg = {c.client_id: c.scores["gtg_shapley"] for c in first.clients}
-    # Efficiency (ALGORITHMS.md 5): a round's scores sum to ~U(N) - U(∅).
+    # Efficiency (Shapley): a round's scores sum to ~U(N) - U(∅).
     gain = first.utility_after - first.utility_before
     assert sum(gtg.values()) == pytest.approx(gain, abs=2e-3)
     assert gtg["c0"] < 0 and min(gtg, key=gtg.__getitem__) == "c0"
@@ -178,6 +188,11 @@ def test_accountant_scores_flags_and_rewards(store: Store) -> None:
     # Honest shares grow with data size (up to the noise of a toy).
     shares = [standing[c].reward_share for c in honest]
     assert shares[-1] > shares[0]
+    # The last round's numbers are the standings.
+    last_rc = rcs[-1].by_client()
+    for cid, s in standing.items():
+        assert last_rc[cid].cumulative == pytest.approx(s.cumulative)
+        assert last_rc[cid].reward_share == pytest.approx(s.reward_share)
 
     # Everything is in the store, verifiable by a reader without the key.
     report = verify_run_ledger(store, run_id)
@@ -186,13 +201,12 @@ def test_accountant_scores_flags_and_rewards(store: Store) -> None:
     payload = json.loads(last.payload_json)
     assert payload["cumulative"] == pytest.approx(standing["c4"].cumulative)
     assert payload["round"] == 5 and payload["attempt"] == 1
-    parts = {p.client_id: p for p in store.list_participations(run_id, 1)}
-    assert ZERO_UPDATE in parts["c1"].flags["contribution"]["flags"]
-    assert parts["c1"].flags["contribution"]["suspect"] is True
-    assert "contribution" not in parts["c4"].flags
-    events = store.list_events(run_id, kind="contribution_flag")
-    assert {e.client_id for e in events} >= {"c0", "c1", "c7"}
-    assert {e.client_id for e in events}.isdisjoint(honest)
+    rows = {c.client_id: c for c in store.list_contributions(run_id, 1)}
+    assert set(rows) == set(IDS) and len(store.list_contributions(run_id)) == 5 * 8
+    assert ZERO_UPDATE in rows["c1"].flags and rows["c1"].suspect
+    assert rows["c1"].score == pytest.approx(by["c1"].credit)
+    assert not rows["c4"].flags and not rows["c4"].suspect
+    assert rows["c4"].scores == pytest.approx(by["c4"].scores)
     names = {m.name for m in store.list_metrics(run_id)}
     assert {"contribution.utility_evaluations", "contribution.seconds"} <= names
 
@@ -217,7 +231,7 @@ def test_replayed_updates_are_flagged(store: Store) -> None:
     before = toy.global_.clone()
     rcs = []
     for r in (1, 2, 3):
-        rcs += _play(acc, toy, store, run_id, range(r, r + 1), make)
+        rcs += _play(acc, toy, store, range(r, r + 1), make)
         step.append(toy.global_ - before)
         before = toy.global_.clone()
     assert not any(c.flags for c in rcs[0].clients)
@@ -234,30 +248,42 @@ def test_resume_continues_the_chain_and_totals(store: Store) -> None:
     cfg = ContributionSection(enabled=True)
     toy = Toy(IDS, SIZES)
     acc = ContributionAccountant(cfg, store, run_id, key)
-    _play(acc, toy, store, run_id, range(1, 3), _behaviour(toy))
+    _play(acc, toy, store, range(1, 3), _behaviour(toy))
     before = {s.client_id: s for s in acc.standings()}
 
     again = ContributionAccountant(cfg, store, run_id, key)  # coordinator restart
     after = {s.client_id: s for s in again.standings()}
+    assert set(after) == set(before)
     for cid, s in before.items():
         assert after[cid].cumulative == pytest.approx(s.cumulative)
         assert after[cid].disqualified == s.disqualified
-    rcs = _play(again, toy, store, run_id, range(3, 4), _behaviour(toy))
-    assert rcs[0].ledger_seq == 24
+        assert after[cid].suspect_rounds == s.suspect_rounds
+    (rc,) = _play(again, toy, store, range(3, 4), _behaviour(toy))
+    assert rc.pending.entries[0].seq == 17 and rc.pending.entries[-1].seq == 24
+    assert rc.by_client()["c4"].cumulative == pytest.approx(
+        before["c4"].cumulative + rc.by_client()["c4"].credit
+    )
     assert verify_run_ledger(store, run_id).ok
     with pytest.raises(ContributionError, match="signed with key"):
         ContributionAccountant(cfg, store, run_id, Ed25519PrivateKey.generate())
 
 
 def test_retried_round_replaces_its_earlier_attempt(store: Store) -> None:
+    """A ledger may hold a round twice (a round accounted again after a restart,
+    or a ledger written before rounds and ledger shared one transaction): the
+    latest attempt replaces the earlier one in the totals, live and resumed."""
     ids = IDS[2:7]
     run_id = _run(store, ids)
     acc = ContributionAccountant(ContributionSection(enabled=True), store, run_id, None)
     toy = Toy(ids, SIZES[2:7])
     start = toy.global_.clone()
-    (one,) = _play(acc, toy, store, run_id, range(1, 2), lambda i, r: toy.honest(i))
-    toy.global_ = start  # the coordinator crashed before committing round 1
-    (two,) = _play(acc, toy, store, run_id, range(1, 2), lambda i, r: toy.honest(i))
+
+    def honest(i: int, r: int) -> torch.Tensor:
+        return toy.honest(i)
+
+    (one,) = _play(acc, toy, store, range(1, 2), honest, commit_ledger)
+    toy.global_ = start  # the coordinator restarted before finishing round 1
+    (two,) = _play(acc, toy, store, range(1, 2), honest, commit_ledger)
     assert (one.attempt, two.attempt) == (1, 2)
     standing = {s.client_id: s for s in acc.standings()}
     for c in two.clients:
@@ -265,10 +291,33 @@ def test_retried_round_replaces_its_earlier_attempt(store: Store) -> None:
         assert standing[c.client_id].rounds == 1
     assert not any(REPLAYED_UPDATE in c.flags for c in two.clients)
     assert len(store.list_ledger_entries(run_id)) == 10
+    assert verify_run_ledger(store, run_id, require_signature=False).ok
     resumed = ContributionAccountant(acc.cfg, store, run_id, None)
     assert {s.client_id: s.cumulative for s in resumed.standings()} == pytest.approx(
         {s.client_id: s.cumulative for s in acc.standings()}
     )
+
+
+def test_uncommitted_rounds_leave_no_trace(store: Store) -> None:
+    """Until ``committed``, a round changes neither totals nor chain: a round
+    the coordinator abandoned is accounted afresh (attempt 1, same seq)."""
+    ids = IDS[2:7]
+    run_id = _run(store, ids)
+    acc = ContributionAccountant(ContributionSection(enabled=True), store, run_id, None)
+    toy = Toy(ids, SIZES[2:7])
+    updates = torch.stack([toy.honest(i) for i in range(5)])
+    start = toy.global_.clone()
+    abandoned = _account(acc, toy, 1, updates)
+    assert acc.standings() == []
+    toy.global_ = start
+    again = _account(acc, toy, 1, updates)
+    assert again.attempt == 1 and again.pending.entries[0].seq == 1
+    with pytest.raises(ContributionError, match="last on_round"):
+        acc.committed(abandoned.pending)  # not the round last accounted
+    close_accounted_round(store, acc, again)
+    assert [s.rounds for s in acc.standings()] == [1] * 5
+    with pytest.raises(ContributionError, match="last on_round"):
+        acc.committed(again.pending)  # committed once only
 
 
 def test_every_skips_valuation_and_failures_are_contained(store: Store) -> None:
@@ -277,51 +326,96 @@ def test_every_skips_valuation_and_failures_are_contained(store: Store) -> None:
     cfg = ContributionSection(enabled=True, every=2)
     acc = ContributionAccountant(cfg, store, run_id, None)
     toy = Toy(ids, SIZES[2:7])
-    rcs = _play(acc, toy, store, run_id, range(1, 4), lambda i, r: toy.honest(i))
+
+    def honest(i: int, r: int) -> torch.Tensor:
+        return toy.honest(i)
+
+    rcs = _play(acc, toy, store, range(1, 4), honest)
     assert [rc.valued for rc in rcs] == [True, False, True]
     assert rcs[1].cost.utility_evaluations == 0
     assert all("cosine" in c.scores and "gtg_shapley" not in c.scores
                for c in rcs[1].clients)  # fmt: skip
+    assert all(c.credit == 0.0 for c in rcs[1].clients)
 
     def broken(g: torch.Tensor) -> float:
         raise RuntimeError("evaluator down")
 
-    _play(acc, toy, store, run_id, range(4, 5), lambda i, r: toy.honest(i))
-    _open_round(store, run_id, 5, ids)
+    _play(acc, toy, store, range(4, 5), honest)
     updates = torch.stack([toy.honest(i) for i in range(5)])
     rc = acc.on_round(
         5, ids, updates, None, toy.global_, toy.aggregate_fn, broken, [], None, None
     )
     assert not rc.valued and any("evaluator down" in e for e in rc.errors)
-    assert rc.ledger_seq == 25  # the round is still recorded
+    assert "cosine" in rc.clients[0].scores  # what needs no utility still ran
+    assert rc.pending.entries[-1].seq == 25  # the round is still recorded
+    close_accounted_round(store, acc, rc)
     assert verify_run_ledger(store, run_id, require_signature=False).ok
 
 
-def test_store_failure_is_contained_and_resynced(store: Store) -> None:
+class _FlakyStore:
+    """A real store whose next ``close_round`` fails, before or after writing
+    (a lost connection can hide a commit that happened)."""
+
+    def __init__(self, inner: Store, *, after_write: bool) -> None:
+        self.inner, self.after_write, self.armed = inner, after_write, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def close_round(self, *a: Any, **k: Any) -> Any:
+        if not self.armed:
+            return self.inner.close_round(*a, **k)
+        self.armed = False
+        if self.after_write:
+            self.inner.close_round(*a, **k)
+            raise OSError("connection lost after commit")
+        raise OSError("disk full")
+
+
+def _write_or_discard(store: Any, acc: ContributionAccountant, rc: Any) -> None:
+    """The coordinator's closing step: write, commit, or discard on failure."""
+    try:
+        close_accounted_round(store, acc, rc)
+    except OSError:
+        acc.discard()
+
+
+@pytest.mark.parametrize("after_write", [False, True])
+def test_failed_write_then_discard_resyncs_from_the_ledger(
+    store: Store, after_write: bool
+) -> None:
     ids = IDS[2:7]
     run_id = _run(store, ids)
     acc = ContributionAccountant(ContributionSection(enabled=True), store, run_id, None)
     toy = Toy(ids, SIZES[2:7])
 
-    class Flaky:
-        def __init__(self, inner: Store) -> None:
-            self.inner, self.fail = inner, True
+    def honest(i: int, r: int) -> torch.Tensor:
+        return toy.honest(i)
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-        def append_ledger(self, *a: Any, **k: Any) -> Any:
-            if self.fail:
-                self.fail = False
-                raise OSError("disk full")
-            return self.inner.append_ledger(*a, **k)
-
-    acc.store = Flaky(store)
-    (rc,) = _play(acc, toy, store, run_id, range(1, 2), lambda i, r: toy.honest(i))
-    assert rc.ledger_seq is None and any("disk full" in e for e in rc.errors)
-    (rc,) = _play(acc, toy, store, run_id, range(2, 3), lambda i, r: toy.honest(i))
-    assert rc.ledger_seq == 5
+    _play(acc, toy, store, range(1, 2), honest)
+    flaky: Any = _FlakyStore(store, after_write=after_write)
+    start = toy.global_.clone()
+    (failed,) = _play(acc, toy, flaky, range(2, 3), honest, _write_or_discard)
+    stored = store.list_ledger_entries(run_id)
+    assert len(stored) == (10 if after_write else 5)
+    if not after_write:
+        toy.global_ = start  # round 2 did not happen: it is run again
+    # The accountant re-reads the ledger: the next round continues the stored
+    # chain (a stale tail would fork it and the store would refuse the write).
+    later = _play(acc, toy, store, range(3 if after_write else 2, 4), honest)
+    assert later[0].pending.entries[0].seq == len(stored) + 1
+    assert later[0].pending.entries[0].prev_hash == stored[-1].entry_hash
+    assert all(rc.attempt == 1 for rc in later)
     assert verify_run_ledger(store, run_id, require_signature=False).ok
+    standing = {s.client_id: s for s in acc.standings()}
+    resumed = {s.client_id: s for s in ContributionAccountant(
+        acc.cfg, store, run_id, None).standings()}  # fmt: skip
+    for cid in ids:
+        assert standing[cid].rounds == 3
+        assert standing[cid].cumulative == pytest.approx(resumed[cid].cumulative)
+    if after_write:  # the round that did reach the store counts once
+        got = {c.client_id: c.score for c in store.list_contributions(run_id, 2)}
+        assert got == pytest.approx({c.client_id: c.credit for c in failed.clients})
 
 
 def test_exact_shapley_scorer_runs_on_small_rounds_only(store: Store) -> None:
@@ -332,11 +426,16 @@ def test_exact_shapley_scorer_runs_on_small_rounds_only(store: Store) -> None:
     )
     acc = ContributionAccountant(cfg, store, run_id, None)
     toy = Toy(ids, SIZES[2:7])
-    (rc,) = _play(acc, toy, store, run_id, range(1, 2), lambda i, r: toy.honest(i))
+
+    def honest(i: int, r: int) -> torch.Tensor:
+        return toy.honest(i)
+
+    (rc,) = _play(acc, toy, store, range(1, 2), honest)
     assert any("exact_shapley skipped" in e for e in rc.errors)
+    assert all("exact_shapley" not in c.scores for c in rc.clients)
     cfg = ContributionSection(enabled=True, scorers=["gtg_shapley", "exact_shapley"])
     acc = ContributionAccountant(cfg, store, run_id, None)
-    (rc,) = _play(acc, toy, store, run_id, range(2, 3), lambda i, r: toy.honest(i))
+    (rc,) = _play(acc, toy, store, range(2, 3), honest)
     ex = torch.tensor([c.scores["exact_shapley"] for c in rc.clients])
     gtg = torch.tensor([c.scores["gtg_shapley"] for c in rc.clients])
     assert float((ex - gtg).abs().max()) < 0.2 * float(ex.abs().max())
@@ -417,17 +516,19 @@ def test_aggregator_decisions_become_labels_but_not_suspicion(store: Store) -> N
     cfg = ContributionSection(enabled=True, scorers=["cosine"], primary="cosine")
     acc = ContributionAccountant(cfg, store, run_id, None)
     toy = Toy(ids, SIZES[2:7])
-    _open_round(store, run_id, 1, ids)
     updates = torch.stack([toy.honest(i) for i in range(5)])
     decisions = [
         ClientDecision(0, 0.0, selected=False, flags=("excluded",)),
         ClientDecision(1, 0.1, flags=("clipped",)),
         *(ClientDecision(i, 0.3) for i in range(2, 5)),
     ]
-    rc = acc.on_round(
-        1, ids, updates, None, toy.global_, toy.aggregate_fn, toy.utility,
-        decisions, None, None,
-    )  # fmt: skip
+    rc = _account(acc, toy, 1, updates, decisions)
     assert rc.clients[0].flags == ("agg:excluded",)
     assert rc.clients[1].flags == ("agg:clipped",)
     assert not any(c.suspect for c in rc.clients)
+    weights = [json.loads(e.payload_json)["weight"] for e in rc.pending.entries]
+    assert weights == [0.0, 0.1, 0.3, 0.3, 0.3]
+    close_accounted_round(store, acc, rc)
+    rows = store.list_contributions(run_id, 1)
+    assert [r.flags for r in rows[:2]] == [("agg:excluded",), ("agg:clipped",)]
+    assert not any(r.suspect for r in rows)

@@ -1,7 +1,8 @@
 """Flags must catch attackers without branding honest-but-unusual clients.
 
-ALGORITHMS.md section 0: robust rules already cost accuracy on non-IID data; the
-contribution flags must not add insult by marking honest clients with unusual
+Robust rules already cost accuracy on non-IID data (e.g. Karimireddy, He & Jaggi,
+ICLR 2022, on robust aggregation under heterogeneity); the contribution flags must
+not add insult by marking honest clients with unusual
 (label-skewed) data as attackers. Measured here on digits with a strongly non-IID
 Dirichlet(0.3) split and no attacker, then with two label-flippers added.
 """
@@ -25,6 +26,7 @@ from fedplat.contribution.flags import (
 )
 from fedplat.contribution.similarity import max_abs_cosine_to_others
 from fedplat.store import Store
+from tests.support.contribution import close_accounted_round
 
 
 @pytest.fixture(autouse=True)
@@ -80,14 +82,21 @@ def _federate(
         updates = torch.stack(rows)
         res = agg(updates, weights)
         start = g.clone()
-        acc.on_round(
+        rc = acc.on_round(
             r, ids, updates, weights, start,
             lambda u, w, s=start: s + agg(u, w).aggregate, utility,
             res.decisions, None, None, aggregate=res.aggregate,
         )  # fmt: skip
+        close_accounted_round(store, acc, rc)
         g = start + res.aggregate
+    # The stored rows agree with the accountant's totals.
+    suspect: dict[str, int] = {}
+    for row in store.list_contributions(run.id):
+        suspect[row.client_id] = suspect.get(row.client_id, 0) + row.suspect
+    standings = {s.client_id: s for s in acc.standings()}
+    assert {c: s.suspect_rounds for c, s in standings.items()} == suspect
     store.close()
-    return {s.client_id: s for s in acc.standings()}
+    return standings
 
 
 def test_honest_non_iid_clients_are_not_branded(tmp_path: Path) -> None:
