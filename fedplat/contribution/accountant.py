@@ -52,7 +52,6 @@ from fedplat.contribution.standings import RoundRecord, Totals, round_record
 from fedplat.contribution.utility import (
     AggregateFn,
     UtilityFn,
-    make_utility_from_metric,
 )
 from fedplat.contribution.valuation import (
     Coalitions,
@@ -223,9 +222,10 @@ class ContributionAccountant:
             self._load()
         self._staged = None  # a round never committed is abandoned
         attempt = self._totals.next_attempt(round_number)
-        coalitions = self._coalitions(
-            round_number, updates, weights, global_before, aggregate_fn, utility,
-            utility_before, utility_after,
+        coalitions = coalition_utility(
+            self.cfg, round_number, updates, weights, global_before, aggregate_fn,
+            utility, self._empty_value(round_number, global_before, utility_before),
+            utility_after,
         )  # fmt: skip
         game = round_game(
             self.cfg, self._gtg, round_number, attempt, updates, aggregate, coalitions
@@ -324,27 +324,6 @@ class ContributionAccountant:
         self._resync = True
 
     # ------------------------------------------------------------ helpers
-    def _coalitions(
-        self,
-        round_number: int,
-        updates: torch.Tensor,
-        weights: torch.Tensor | None,
-        global_before: torch.Tensor,
-        aggregate_fn: AggregateFn,
-        utility: UtilityFn,
-        utility_before: float | None,
-        utility_after: float | None,
-    ) -> Coalitions:
-        """The round's coalition utility on valued rounds (1, 1 + every, ...)."""
-        every = self.cfg.every
-        if not self.cfg.uses_utility or (round_number - 1) % every or not len(updates):
-            return Coalitions()
-        return coalition_utility(
-            round_number, updates, weights, global_before, aggregate_fn, utility,
-            self._empty_value(round_number, global_before, utility_before),
-            utility_after,
-        )  # fmt: skip
-
     def _empty_value(
         self, round_number: int, global_before: torch.Tensor, given: float | None
     ) -> float | None:
@@ -382,14 +361,4 @@ class ContributionAccountant:
         )
 
 
-__all__ = [
-    "ClientContribution",
-    "ClientStanding",
-    "ContributionAccountant",
-    "ContributionCost",
-    "ContributionError",
-    "ContributionStore",
-    "PendingRecord",
-    "RoundContribution",
-    "make_utility_from_metric",
-]
+__all__ = ["ContributionAccountant", "ContributionStore"]

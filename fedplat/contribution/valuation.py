@@ -70,6 +70,7 @@ class Coalitions:
 
 
 def coalition_utility(
+    cfg: ContributionSection,
     round_number: int,
     updates: torch.Tensor,
     weights: torch.Tensor | None,
@@ -81,7 +82,11 @@ def coalition_utility(
 ) -> Coalitions:
     """The round's ``U(S)`` over ``updates [n, d]`` with ``U(∅)`` = ``empty``
     (evaluated on ``global_before [d]`` when ``None``) and ``U(N)`` = ``full``
-    (evaluated when ``None``)."""
+    (evaluated when ``None``); none on rounds ``cfg`` does not value (only
+    rounds 1, 1 + every, ... are, and only if a scorer uses utilities)."""
+    valued = cfg.uses_utility and (round_number - 1) % cfg.every == 0
+    if not valued or updates.shape[0] == 0:
+        return Coalitions()
     evals, seconds = 0, 0.0
     try:
         if empty is None:
