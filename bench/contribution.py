@@ -41,6 +41,10 @@ Run::
 
     python -m bench.contribution                       # ~10 minutes on 2 busy cores
     python -m bench.contribution --tiny --output /tmp/c.json
+    python -m bench.contribution --markdown     # the docs' tables from the JSON
+
+The other committed runs (:data:`RUNS`) are written with ``--output
+bench/results/contribution_<variant>.json`` and the options their row names.
 """
 
 from __future__ import annotations
@@ -312,6 +316,63 @@ def check_goals(out: dict[str, Any]) -> list[str]:
     return missed
 
 
+#: The committed runs docs/contribution.md quotes: file -> how the run differs.
+RUNS = {
+    "contribution.json": "free-rider sends zeros (default)",
+    "contribution_free_rider_random.json": "`--free-rider random` (Gaussian noise)",
+    "contribution_free_rider_stale.json": "`--free-rider stale` (replays round 1)",
+    "contribution_dirichlet.json": (
+        "`--partition dirichlet:0.3 --attackers none` (10 honest)"
+    ),
+}
+
+
+def clients_table(out: dict[str, Any]) -> str:
+    """The per-client Markdown table of one run, numbers as in its JSON."""
+    lines = [
+        "| client | role | size | cumulative GTG-Shapley | share | suspect rounds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in out["clients"]:
+        lines.append(
+            f"| {c['id']} | {c['role']} | {c['data_size']} | "
+            f"{c['cumulative_score']} | {c['reward_share']} | {c['flagged_rounds']} |"
+        )
+    return "\n".join(lines)
+
+
+def runs_table(outs: dict[str, dict[str, Any]]) -> str:
+    """One Markdown row per run (keys of :data:`RUNS`), numbers as in the JSON."""
+    lines = [
+        "| run | final accuracy | Spearman (honest size, score) | lowest honest "
+        "score | highest attacker score | max honest suspect rounds | attackers' "
+        "suspect rounds | utility evaluations | truncated rounds | accounting s "
+        "| wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, what in RUNS.items():
+        out = outs[name]
+        honest = [c for c in out["clients"] if c["role"] == "honest"]
+        bad = [c for c in out["clients"] if c["role"] != "honest"]
+        worst = min(c["cumulative_score"] for c in honest)
+        best_bad = max((c["cumulative_score"] for c in bad), default="-")
+        bad_flags = ", ".join(str(c["flagged_rounds"]) for c in bad) or "-"
+        lines.append(
+            f"| {what} | {out['final_accuracy']} | "
+            f"{out['spearman_honest_size_vs_score']} | {worst} | {best_bad} | "
+            f"{max(c['flagged_rounds'] for c in honest)} | {bad_flags} | "
+            f"{out['utility_evaluations']} | {out['truncated_rounds']} | "
+            f"{out['seconds']} | {out['wall_seconds']} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(results: Path) -> str:
+    """The tables docs/contribution.md quotes, from the JSON files in ``results``."""
+    outs = {name: json.loads((results / name).read_text()) for name in RUNS}
+    return clients_table(outs["contribution.json"]) + "\n\n" + runs_table(outs)
+
+
 def _print(out: dict[str, Any]) -> None:
     rounds = out["setup"]["rounds"]
     for r in out["clients"]:
@@ -343,7 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partition", help="sized (4x sizes, IID) | dirichlet:ALPHA")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--output", default=None)
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the docs' tables from bench/results/ (runs nothing)",
+    )
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(Path("bench/results")))
+        return 0
     base = TINY if args.tiny else Setup()
     given = {
         k: v

@@ -14,7 +14,7 @@ import pytest
 from fedplat.data import fashion_mnist_available
 from tests.support import REPO
 
-pytestmark = pytest.mark.skipif(
+needs_fashion = pytest.mark.skipif(
     not fashion_mnist_available(), reason="Fashion-MNIST is not installed"
 )
 
@@ -48,6 +48,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield run(TINY, tmp_path_factory.mktemp("contribution"))
 
 
+@needs_fashion
 def test_tiny_schema(tiny: dict[str, Any]) -> None:
     assert set(tiny) == KEYS
     assert all(set(c) == CLIENT_KEYS for c in tiny["clients"])
@@ -59,6 +60,7 @@ def test_tiny_schema(tiny: dict[str, Any]) -> None:
     assert tiny["utility_evaluations"] > 0 and tiny["seconds"] > 0
 
 
+@needs_fashion
 def test_tiny_attackers_score_below_every_honest_client(tiny: dict[str, Any]) -> None:
     honest = [c for c in tiny["clients"] if c["role"] == "honest"]
     bad = [c for c in tiny["clients"] if c["role"] != "honest"]
@@ -73,6 +75,7 @@ def test_tiny_attackers_score_below_every_honest_client(tiny: dict[str, Any]) ->
     assert all(c["flagged_rounds"] == 0 for c in honest)
 
 
+@needs_fashion
 def test_goal_check_reports_a_misattributed_score(
     tiny: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,3 +111,30 @@ def test_options_make_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         contribution.main(["--tiny", "--rounds", "2", "--free-rider", "stale"])
     assert seen["setup"].rounds == 2 and seen["setup"].free_rider == "stale"
     assert seen["setup"].sizes == contribution.TINY.sizes
+
+
+def test_docs_quote_the_committed_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/contribution.md holds the tables ``--markdown`` renders from the
+    committed JSON, and its summary numbers are the JSON's."""
+    import json
+
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.contribution import markdown
+
+    doc = (REPO / "docs" / "contribution.md").read_text()
+    for block in markdown(REPO / "bench" / "results").split("\n\n"):
+        assert block in doc
+    out = json.loads((REPO / "bench" / "results" / "contribution.json").read_text())
+    flat = " ".join(doc.split())
+    honest = [c for c in out["clients"] if c["role"] == "honest"]
+    bad = [c for c in out["clients"] if c["role"] != "honest"]
+    for quote in (
+        f"highest attacker {max(c['cumulative_score'] for c in bad)},",
+        f"lowest honest {min(c['cumulative_score'] for c in honest)}",
+        f"Spearman(honest size, score) {out['spearman_honest_size_vs_score']} ",
+        f"Final accuracy {out['final_accuracy']}.",
+        f"{out['utility_evaluations']} utility evaluations over "
+        f"{out['valued_rounds']} valued rounds ({out['truncated_rounds']} of them",
+        f"{out['seconds']} s of accounting, {out['wall_seconds']} s for the whole",
+    ):
+        assert quote in flat, quote
