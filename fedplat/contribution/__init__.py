@@ -17,7 +17,7 @@
   (:mod:`~fedplat.contribution.record`) for the coordinator to store; its results
   are typed in :mod:`~fedplat.contribution.results`.
 
-See docs/contribution.md and ALGORITHMS.md section 5.
+See docs/contribution.md.
 """
 
 from fedplat.contribution.accountant import ContributionAccountant, ContributionStore

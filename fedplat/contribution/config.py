@@ -26,7 +26,7 @@ from fedplat.contribution.shapley import EXACT_MAX_CLIENTS, GTGSettings
 
 
 class GTGSection(Strict):
-    """GTG-Shapley rules; defaults are ALGORITHMS.md 5, steps 2 to 5."""
+    """GTG-Shapley rules (:mod:`fedplat.contribution.shapley`); defaults as there."""
 
     round_truncation: float = Field(default=0.01, ge=0, allow_inf_nan=False)
     within_truncation: float = Field(default=0.001, ge=0, allow_inf_nan=False)

@@ -3,7 +3,7 @@
 A flag is a short label. Some only *describe* what happened (``agg:excluded``,
 ``negative-score``); the *suspect* ones brand a client for the round:
 
-* free-riding (ALGORITHMS.md 5, "free-riders get nothing"):
+* free-riding (no work, no reward; Buyukates, He et al., arXiv 2302.14031):
   ``zero-update`` (no change sent), ``replayed-update`` (the client's own previous
   update, or the previous global step, sent again), ``random-update`` (a direction
   indistinguishable from noise: ``|cos|`` with every other update below
@@ -13,9 +13,10 @@ A flag is a short label. Some only *describe* what happened (``agg:excluded``,
 
 The aggregator's verdicts (excluded, clipped, down-weighted) are recorded as
 ``agg:*`` labels but never brand a client on their own: robust rules exclude
-honest clients with unusual (non-IID) data too, which is the lesson of
-ALGORITHMS.md section 0. A negative score alone does not brand either: a client
-whose data differs from the validation distribution can lower accuracy for a round.
+honest clients with unusual (non-IID) data too (Karimireddy, He & Jaggi, ICLR
+2022, on robust aggregation over heterogeneous data). A negative score alone does
+not brand either: a client whose data differs from the validation distribution can
+lower accuracy for a round.
 """
 
 from __future__ import annotations

@@ -3,15 +3,16 @@
 The rule (documented for participants in docs/contribution.md):
 
 1. A client's cumulative contribution ``C_i`` is the sum over rounds of its
-   primary per-round score (GTG-Shapley by default; ALGORITHMS.md 5, step 6).
+   primary per-round score (GTG-Shapley by default; Buyukates, He et al., arXiv
+   2302.14031).
    Negative rounds count: a client that hurt the model in some rounds pays it
    back from its good rounds. A round in which the client is flagged as free-
    riding counts at most 0 (no work, no credit; the accountant applies this).
 2. A client flagged as a free-rider (zero, replayed or random update) in at least
    ``strikes`` rounds is disqualified: its share is 0 whatever ``C_i``.
 3. Everyone else gets ``share_i = max(C_i, 0) / sum_j max(C_j, 0)`` and
-   ``reward_i = budget * share_i`` (ALGORITHMS.md 5, "negative values are clipped
-   to 0"). When nobody has a positive ``C_i`` nothing is paid.
+   ``reward_i = budget * share_i`` (negative totals are clipped to 0). When nobody
+   has a positive ``C_i`` nothing is paid.
 """
 
 from __future__ import annotations

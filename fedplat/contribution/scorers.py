@@ -8,7 +8,7 @@ Built in:
 
 ``gtg_shapley``
     GTG-Shapley (:func:`fedplat.contribution.shapley.gtg_shapley`), the default
-    primary score (ALGORITHMS.md 5).
+    primary score (Buyukates, He et al., arXiv 2302.14031).
 ``exact_shapley``
     Exact Shapley by enumeration (``2**n`` evaluations; small rounds only).
 ``leave_one_out``

@@ -8,8 +8,9 @@ value of client ``i`` is the mean, over all orderings of the clients, of
 :func:`exact_shapley` enumerates all ``2**n`` coalitions (the reference for tests;
 small ``n`` only). :func:`gtg_shapley` is GTG-Shapley (Liu, Chen, Yu et al., "GTG-
 Shapley: Efficient and Accurate Participant Contribution Evaluation in Federated
-Learning", ACM TIST 2022), with the rules of ALGORITHMS.md section 5 (steps 2 to 5),
-cross-checked against FedML's ``gtg_shapley_value.py``:
+Learning", ACM TIST 2022) as used by Buyukates, He et al. (arXiv 2302.14031),
+cross-checked against FedML's ``gtg_shapley_value.py`` (docs/contribution.md lists
+where fedplat differs):
 
 * between-round truncation: ``|U(N) - U(∅)| <= 0.01`` gives every client 0;
 * within-round truncation: once a permutation's running value ``v`` is within
@@ -38,7 +39,7 @@ EXACT_MAX_CLIENTS = 16
 
 @dataclass(frozen=True)
 class GTGSettings:
-    """Hyper-parameters of :func:`gtg_shapley` (defaults: ALGORITHMS.md 5).
+    """Hyper-parameters of :func:`gtg_shapley` (defaults: the module docstring's).
 
     Attributes
     ----------
@@ -155,7 +156,7 @@ def gtg_shapley(
     full_value
         ``U(N)``, the utility after aggregating every update of the round.
     settings
-        Truncation and convergence rules (defaults: ALGORITHMS.md 5).
+        Truncation and convergence rules (defaults: the module docstring's).
     rng
         Source of the random tails of the guided permutations.
 

@@ -1,11 +1,11 @@
 """The coalition utility ``U(S)`` of one round, evaluated lazily and cached.
 
-ALGORITHMS.md section 5, step 1: the utility of a subset ``S`` of the round's clients
-is the validation accuracy of the global model obtained by aggregating only ``S``'s
-updates; ``U(∅)`` is the accuracy of the global model before the round. Every
-scorer of a round shares one :class:`SubsetUtility`, so a coalition evaluated by
-GTG-Shapley is free for leave-one-out (and vice versa), and the evaluation count
-is the round's cost.
+As in GTG-Shapley (Liu et al., ACM TIST 2022): the utility of a subset ``S`` of
+the round's clients is the held-out score (accuracy by default) of the global model
+obtained by aggregating only ``S``'s updates; ``U(∅)`` is that of the global model
+before the round. Every scorer of a round shares one :class:`SubsetUtility`, so a
+coalition evaluated by GTG-Shapley is free for leave-one-out (and vice versa), and
+the evaluation count is the round's cost.
 """
 
 from __future__ import annotations
