@@ -33,17 +33,17 @@ in its last ledger entry, ``flagged_rounds`` the rounds in which the client was
 ``wall_seconds`` the whole run's wall time (training, evaluation, accounting).
 
 ``--partition dirichlet:0.3 --attackers none`` instead measures how often honest
-non-IID clients get flagged (printed, and written only with ``--output``);
+non-IID clients get flagged (printed, and written only with ``--out``);
 ``--tiny`` is a seconds-long smoke run (sizes / 5, 3 rounds, 500 held-out images)
 for the test of the headline's direction.
 
 Run::
 
-    python -m bench.contribution                       # ~10 minutes on 2 busy cores
-    python -m bench.contribution --tiny --output /tmp/c.json
+    python -m bench.contribution     # ~2 minutes on 2 shared, busy cores
+    python -m bench.contribution --tiny --out /tmp/c.json
     python -m bench.contribution --markdown     # the docs' tables from the JSON
 
-The other committed runs (:data:`RUNS`) are written with ``--output
+The other committed runs (:data:`RUNS`) are written with ``--out
 bench/results/contribution_<variant>.json`` and the options their row names.
 """
 
@@ -64,6 +64,7 @@ from fedplat.client import Client, FitResult
 from fedplat.server.config import RunConfig, parse_config
 from scipy.stats import spearmanr
 
+from bench.common import write_results
 from fedplat.contribution import verify_run_ledger
 from fedplat.data import Dataset, fashion_mnist_available, load_dataset, partition
 from fedplat.models import create_model, train_epochs
@@ -269,12 +270,13 @@ def read_results(store: Store, run_id: str, pop: Population) -> dict[str, Any]:
 
 
 def run(setup: Setup, workdir: Path | None = None) -> dict[str, Any]:
-    """Run the bench in ``workdir`` (a new temporary folder by default);
-    returns the JSON document."""
+    """Run the bench in ``workdir`` (a temporary folder, removed afterwards, by
+    default); returns the JSON document."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="bench-contribution-") as tmp:
+            return run(setup, Path(tmp))
     torch.set_num_threads(1)
     t_start = time.perf_counter()
-    if workdir is None:
-        workdir = Path(tempfile.mkdtemp(prefix="bench-contribution-"))
     pop = population(setup)
     cfg = run_config(setup, workdir)
     with Store(cfg.store.url) as store:
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attackers", choices=("default", "none"))
     p.add_argument("--partition", help="sized (4x sizes, IID) | dirichlet:ALPHA")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--output", default=None)
+    p.add_argument("--out", "--output", dest="out", type=Path, default=None)
     p.add_argument(
         "--markdown",
         action="store_true",
@@ -423,15 +425,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("fedplat").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    started = time.perf_counter()
     out = run(setup)
     _print(out)
-    target = args.output or (
-        "bench/results/contribution.json" if setup == Setup() else None
-    )
+    default = Path("bench/results/contribution.json")
+    target = args.out or (default if setup == Setup() else None)
     if target:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {target}")
+        write_results(target, out, started)
     return 0
 
 

@@ -1,18 +1,18 @@
-"""Tiny run of bench/contribution.py (``--tiny``: sizes / 5, 3 rounds) through the
-real coordinator: the direction of the headline claim holds (the free-rider and
-both label-flippers score below every honest client and get nothing), and the
-JSON has its schema. Roles are attributed by the client ids the store gave at
+"""Tiny run of bench/contribution.py (``--tiny``: sizes / 5, 3 rounds, in a real
+process) through the real coordinator: the direction of the headline claim holds
+(the free-rider and both label-flippers score below every honest client and get
+nothing), and the JSON has its schema; docs/contribution.md quotes the committed
+JSON exactly. Roles are attributed by the client ids the store gave at
 enrolment, so a wrong row order would show here as a misplaced score."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from fedplat.data import fashion_mnist_available
-from tests.support import REPO
+from tests.support import REPO, run_bench
 
 needs_fashion = pytest.mark.skipif(
     not fashion_mnist_available(), reason="Fashion-MNIST is not installed"
@@ -40,15 +40,14 @@ CLIENT_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(REPO))  # bench/ is not an installed package
-        from bench.contribution import TINY, run
-
-        yield run(TINY, tmp_path_factory.mktemp("contribution"))
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("contribution") / "contribution.json"
+    result: dict[str, Any] = run_bench("bench.contribution", out)
+    return result
 
 
 @needs_fashion
+@pytest.mark.integration  # starts a real process
 def test_tiny_schema(tiny: dict[str, Any]) -> None:
     assert set(tiny) == KEYS
     assert all(set(c) == CLIENT_KEYS for c in tiny["clients"])
@@ -61,6 +60,7 @@ def test_tiny_schema(tiny: dict[str, Any]) -> None:
 
 
 @needs_fashion
+@pytest.mark.integration  # starts a real process
 def test_tiny_attackers_score_below_every_honest_client(tiny: dict[str, Any]) -> None:
     honest = [c for c in tiny["clients"] if c["role"] == "honest"]
     bad = [c for c in tiny["clients"] if c["role"] != "honest"]
@@ -76,6 +76,7 @@ def test_tiny_attackers_score_below_every_honest_client(tiny: dict[str, Any]) ->
 
 
 @needs_fashion
+@pytest.mark.integration  # starts a real process
 def test_goal_check_reports_a_misattributed_score(
     tiny: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
