@@ -31,7 +31,14 @@ def _header(run: RunRecord, rounds_open: bool) -> None:
     done = run.current_round / run.total_rounds if run.total_rounds else 0.0
     label = f"round {run.current_round} of {run.total_rounds} completed"
     if rounds_open:
+        # Nothing of an open round is recorded until it closes; the
+        # coordinator's heartbeat says what it is doing meanwhile.
         label += f"; round {run.current_round + 1} in progress"
+        live = [run.phase] if run.phase else []
+        if run.live_clients is not None:
+            live.append(f"{run.live_clients} clients live")
+        if live:
+            label += f" ({', '.join(live)})"
     st.progress(min(max(done, 0.0), 1.0), text=label)
 
 
@@ -53,7 +60,8 @@ def _body(url: str, run_id: str) -> None:
 
     completed = rounds[rounds["status"] == "completed"]
     last_acc = completed["accuracy"].dropna()
-    latest = rounds.iloc[-1] if not rounds.empty else None
+    closed = rounds[rounds["status"] != "open"]
+    latest = closed.iloc[-1] if not closed.empty else None
     cols = st.columns(5)
     cols[0].metric("Current round", f"{run.current_round} / {run.total_rounds}")
     cols[1].metric(
@@ -70,10 +78,11 @@ def _body(url: str, run_id: str) -> None:
         f"{run.best_accuracy:.2%}" if run.best_accuracy is not None else "-",
     )
     cols[3].metric(
-        "Participants (latest round)",
+        "Participants (last closed round)",
         f"{int(latest['succeeded'])} / {int(latest['selected'])}"
         if latest is not None
         else "-",
+        help="an open round's updates are recorded when it closes",
     )
     cols[4].metric(
         "Traffic",
