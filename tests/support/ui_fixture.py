@@ -254,18 +254,25 @@ def _failed_run(store: Store) -> str:
                 ParticipationRow(
                     "c0", "dropped", reason="no update before the round closed"
                 ),
-                # Downloaded the model, never uploaded: the closer leaves its
-                # last status, and the monitor counts it as a straggler.
-                ParticipationRow("c1", "downloaded", bytes_down=800),
+                # Downloaded the model, never uploaded: dropped at close.
+                ParticipationRow(
+                    "c1",
+                    "dropped",
+                    bytes_down=800,
+                    reason="no update before the round closed",
+                ),
             ),
             reason="round 1 failed 1 times: quorum not reached: 0 updates, 2 needed",
             events=(
-                EventRow(
-                    "client_dropped",
-                    "client 'client-c1' sent no update in round 1",
-                    "warning",
-                    1,
-                    "c1",
+                *(
+                    EventRow(
+                        "client_dropped",
+                        f"client 'client-{cid}' sent no update in round 1",
+                        "warning",
+                        1,
+                        cid,
+                    )
+                    for cid in CLIENTS[:2]
                 ),
                 EventRow(
                     "round_failed",
