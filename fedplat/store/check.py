@@ -38,7 +38,10 @@ def _check_round(store: Store, run: RunRecord, r: RoundRecord) -> list[Problem]:
     contribs = store.list_contributions(run.id, r.number)
     if r.status == "open":
         if parts or contribs:
-            bad(f"open round holds {len(parts)} participations")
+            bad(
+                f"open round holds {len(parts)} participations and "
+                f"{len(contribs)} contributions"
+            )
         return out
     ok = sum(p.status == "succeeded" for p in parts)
     if len(parts) != r.num_selected:
