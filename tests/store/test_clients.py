@@ -8,8 +8,6 @@ an enrolment token admits one client, once, before it expires, unless revoked.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +16,7 @@ import sqlalchemy as sa
 
 from fedplat.store import Store, StoreError
 from fedplat.store.clients import MAX_TOKENS_PER_CALL, TokenError
-from tests.support.store import deadline, public_key, run_with_clients, sql
+from tests.support.store import deadline, public_key, race, run_with_clients, sql
 
 
 def test_client_crud(store: Store) -> None:
@@ -147,7 +145,7 @@ def test_racing_registrations_of_one_key_one_wins(store: Store) -> None:
     n = 4
     run_id = run_with_clients(store, 0)
     key = public_key()
-    won, errors = _race(
+    won, errors = race(
         n,
         lambda t: store.upsert_client(
             run_id, f"c{t}", name=f"c{t}", num_examples=1, public_key=key
@@ -339,7 +337,7 @@ def test_racing_enrolments_with_one_token_one_wins(store: Store) -> None:
     n = 6
     run = store.create_run("fleet", {}, {}, 1)
     secret = _token(store)
-    won, errors = _race(
+    won, errors = race(
         n,
         lambda t: store.consume_token(
             secret, run_id=run.id, run_name="fleet", client_id=f"c{t}"
@@ -350,33 +348,3 @@ def test_racing_enrolments_with_one_token_one_wins(store: Store) -> None:
     assert all(isinstance(e, TokenError) and "already used" in str(e) for e in errors)
     [record] = store.list_tokens()
     assert record.used_client_id == f"c{won[0]}"
-
-
-def _race(
-    n: int, call: Callable[[int], object]
-) -> tuple[list[int], list[BaseException]]:
-    """Run ``call(t)`` in ``n`` threads released at once; returns the ``t`` that
-    succeeded and the StoreErrors of the others (anything else is re-raised)."""
-    barrier = threading.Barrier(n)
-    won: list[int] = []
-    refused: list[BaseException] = []
-    other: list[BaseException] = []
-
-    def work(t: int) -> None:
-        try:
-            barrier.wait()
-            call(t)
-            won.append(t)
-        except StoreError as exc:
-            refused.append(exc)
-        except BaseException as exc:  # re-raised in the main thread
-            other.append(exc)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    if other:
-        raise other[0]
-    return won, refused

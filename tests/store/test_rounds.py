@@ -6,7 +6,6 @@ Runs on SQLite and PostgreSQL (see ``conftest.py``).
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -34,6 +33,7 @@ from tests.support.store import (
     ledger_append,
     ok,
     play_round,
+    race,
     run_with_clients,
 )
 
@@ -482,34 +482,18 @@ def test_racing_closes_of_one_round_one_wins(store: Store) -> None:
     n = 4
     run_id = run_with_clients(store, 2)
     store.open_round(run_id, 1, num_selected=2, deadline_at=deadline(), model_version=0)
-    barrier = threading.Barrier(n)
-    won: list[int] = []
-    refused: list[str] = []
-    errors: list[BaseException] = []
 
-    def close(t: int) -> None:
+    def close(t: int) -> object:
         parts = (ok("c0", up=t), ParticipationRow("c1", "late", bytes_down=t))
-        try:
-            barrier.wait()
-            store.close_round(
-                run_id,
-                1,
-                RoundClose("completed", parts, accuracy=t / 10, checkpoint_sha256=SHA),
-            )
-            won.append(t)
-        except StoreError as exc:
-            refused.append(str(exc))
-        except BaseException as exc:  # re-raised in the main thread
-            errors.append(exc)
+        return store.close_round(
+            run_id,
+            1,
+            RoundClose("completed", parts, accuracy=t / 10, checkpoint_sha256=SHA),
+        )
 
-    threads = [threading.Thread(target=close, args=(t,)) for t in range(n)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert errors == [], errors
+    won, refused = race(n, close)
     assert len(won) == 1 and len(refused) == n - 1
-    assert all("not open" in msg for msg in refused), refused
+    assert all("not open" in str(e) for e in refused), refused
     [t] = won
     rnd = store.get_round(run_id, 1)
     assert rnd is not None and (rnd.accuracy, rnd.bytes_up, rnd.bytes_down) == (

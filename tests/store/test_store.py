@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,7 @@ from fedplat.store import (
 )
 from fedplat.store.engine import make_engine
 from fedplat.store.events import MAX_DETAILS, MAX_MESSAGE
-from tests.support.store import deadline, ok, play_round, run_with_clients
+from tests.support.store import deadline, ok, play_round, race, run_with_clients
 
 # --------------------------------------------------------------------------- #
 # Engine                                                                       #
@@ -466,36 +465,22 @@ def test_concurrent_writers(store: Store) -> None:
     """Four threads hammer one store; nothing is lost and nothing is locked out."""
     n_threads, n_ops = 4, 25
     run_id = run_with_clients(store, n_threads, rounds=2)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(n_threads)
 
     def work(t: int) -> None:
-        try:
-            barrier.wait()
-            for i in range(n_ops):
-                # Everyone races to create its own client, then updates it.
-                store.upsert_client(run_id, f"t{t}", name=f"thread {t}", num_examples=i)
-                store.touch_clients(run_id, [f"c{t}", "c0"], status="active")
-                store.add_metrics(
-                    run_id, {"a": float(i), "b": float(t)}, round_number=1
-                )
-                store.add_events(
-                    run_id,
-                    [EventRow("tick", f"{t}:{i}", client_id=f"c{t}")] * 2,
-                )
-                store.heartbeat(run_id, phase="training", live_clients=t)
-                store.list_clients(run_id)
-                store.list_events(run_id, limit=5)
-        except BaseException as exc:  # collected and re-raised in the main thread
-            errors.append(exc)
+        for i in range(n_ops):
+            # Everyone races to create its own client, then updates it.
+            store.upsert_client(run_id, f"t{t}", name=f"thread {t}", num_examples=i)
+            store.touch_clients(run_id, [f"c{t}", "c0"], status="active")
+            store.add_metrics(run_id, {"a": float(i), "b": float(t)}, round_number=1)
+            store.add_events(
+                run_id, [EventRow("tick", f"{t}:{i}", client_id=f"c{t}")] * 2
+            )
+            store.heartbeat(run_id, phase="training", live_clients=t)
+            store.list_clients(run_id)
+            store.list_events(run_id, limit=5)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert not any(th.is_alive() for th in threads)
-    assert errors == [], errors
+    won, refused = race(n_threads, work)
+    assert refused == [] and sorted(won) == list(range(n_threads))
 
     total = n_threads * n_ops
     assert len(store.list_metrics(run_id)) == 2 * total

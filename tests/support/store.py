@@ -4,7 +4,9 @@ a test must break an invariant on purpose, through raw SQL)."""
 from __future__ import annotations
 
 import secrets
+import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +25,7 @@ from fedplat.store import (
     RoundClose,
     RoundRecord,
     Store,
+    StoreError,
     Verdict,
 )
 from fedplat.store.engine import make_engine
@@ -98,6 +101,37 @@ def ledger_append(
     return tuple(entries), head
 
 
+def race(
+    n: int, call: Callable[[int], object]
+) -> tuple[list[int], list[BaseException]]:
+    """Run ``call(t)`` in ``n`` threads released at once; returns the ``t`` that
+    succeeded and the StoreErrors of the others (anything else is re-raised)."""
+    barrier = threading.Barrier(n)
+    won: list[int] = []
+    refused: list[BaseException] = []
+    other: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            barrier.wait()
+            call(t)
+            won.append(t)
+        except StoreError as exc:
+            refused.append(exc)
+        except BaseException as exc:  # re-raised in the main thread
+            other.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "a thread is still running"
+    if other:
+        raise other[0]
+    return won, refused
+
+
 def sql(url: str, statement: str, **params: Any) -> list[Any]:
     """Run one raw SQL statement in its own transaction; returns its rows."""
     engine = make_engine(url)
@@ -116,6 +150,7 @@ __all__ = [
     "ok",
     "play_round",
     "public_key",
+    "race",
     "run_with_clients",
     "sql",
 ]

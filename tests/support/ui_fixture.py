@@ -14,7 +14,7 @@ assume and holds every store invariant.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,10 @@ from fedplat.store import (
     ContributionRow,
     EventRow,
     ParticipationRow,
-    RoundClose,
     Store,
     Verdict,
 )
+from tests.support.store import deadline, play_round
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
 ACCURACY = [0.52, 0.71, 0.83]
@@ -57,10 +57,6 @@ def _enroll(store: Store, run_id: str, ids: list[str]) -> None:
         store.upsert_client(
             run_id, cid, name=f"client-{cid}", num_examples=100 + 10 * i
         )
-
-
-def _deadline() -> datetime:
-    return datetime.now(UTC) + timedelta(minutes=5)
 
 
 def _checkpoint(run: str, r: int) -> dict[str, str]:
@@ -155,137 +151,108 @@ class _Accountant:
         return rows, (tuple(entries), head)
 
 
-def _completed_run(store: Store) -> str:
-    run = store.create_run("digits-done", _config("digits-done"), {}, total_rounds=3)
+def _started_run(store: Store, name: str, clients: list[str], rounds: int) -> str:
+    run = store.create_run(name, _config(name), {}, total_rounds=rounds)
     store.update_run(run.id, status="running", started_at=datetime.now(UTC))
-    _enroll(store, run.id, CLIENTS)
-    accountant = _Accountant(run.id)
-    for r, acc in enumerate(ACCURACY, start=1):
-        store.open_round(
-            run.id,
-            r,
-            num_selected=len(CLIENTS),
-            deadline_at=_deadline(),
-            model_version=r - 1,
-        )
-        contributions, ledger = accountant.round(r)
-        store.close_round(
-            run.id,
-            r,
-            RoundClose(
-                status="completed",
-                participations=tuple(
-                    _done_participation(r, i, cid) for i, cid in enumerate(CLIENTS)
-                ),
-                accuracy=acc,
-                loss=2.0 - acc,
-                **_checkpoint("digits-done", r),
-                metrics={"privacy.epsilon": 0.5 * r, "compression.ratio": 20.0 + r},
-                contributions=contributions,
-                events=(
-                    EventRow("round_completed", f"round {r} completed", round_number=r),
-                ),
-                ledger=ledger,
-                run_status="completed" if r == len(ACCURACY) else None,
-            ),
-        )
+    _enroll(store, run.id, clients)
     return run.id
+
+
+def _completed_run(store: Store) -> str:
+    run_id = _started_run(store, "digits-done", CLIENTS, 3)
+    accountant = _Accountant(run_id)
+    for r, acc in enumerate(ACCURACY, start=1):
+        contributions, ledger = accountant.round(r)
+        play_round(
+            store,
+            run_id,
+            r,
+            tuple(_done_participation(r, i, cid) for i, cid in enumerate(CLIENTS)),
+            accuracy=acc,
+            loss=2.0 - acc,
+            **_checkpoint("digits-done", r),
+            metrics={"privacy.epsilon": 0.5 * r, "compression.ratio": 20.0 + r},
+            contributions=contributions,
+            events=(
+                EventRow("round_completed", f"round {r} completed", round_number=r),
+            ),
+            ledger=ledger,
+            run_status="completed" if r == len(ACCURACY) else None,
+        )
+    return run_id
 
 
 def _running_run(store: Store) -> str:
-    run = store.create_run("digits-live", _config("digits-live"), {}, total_rounds=5)
-    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
-    _enroll(store, run.id, CLIENTS[:3])
-    store.open_round(
-        run.id, 1, num_selected=3, deadline_at=_deadline(), model_version=0
-    )
-    store.close_round(
-        run.id,
+    run_id = _started_run(store, "digits-live", CLIENTS[:3], 5)
+    play_round(
+        store,
+        run_id,
         1,
-        RoundClose(
-            status="completed",
-            participations=tuple(
-                ParticipationRow(
-                    cid,
-                    "succeeded",
-                    bytes_up=500,
-                    bytes_down=800,
-                    verdict=Verdict(weight=1 / 3, selected=True),
-                )
-                for cid in CLIENTS[:3]
-            ),
-            accuracy=0.4,
-            loss=1.6,
-            **_checkpoint("digits-live", 1),
-            # No ledger in this run: contribution scores come as plain metrics.
-            client_metrics={
-                cid: {
-                    "contribution.score": 0.5 - 0.1 * i,
-                    "contribution.reward_share": [0.5, 0.3, 0.2][i],
-                }
-                for i, cid in enumerate(CLIENTS[:3])
-            },
+        tuple(
+            ParticipationRow(
+                cid,
+                "succeeded",
+                bytes_up=500,
+                bytes_down=800,
+                verdict=Verdict(weight=1 / 3, selected=True),
+            )
+            for cid in CLIENTS[:3]
         ),
+        accuracy=0.4,
+        loss=1.6,
+        **_checkpoint("digits-live", 1),
+        # No ledger in this run: contribution scores come as plain metrics.
+        client_metrics={
+            cid: {
+                "contribution.score": 0.5 - 0.1 * i,
+                "contribution.reward_share": [0.5, 0.3, 0.2][i],
+            }
+            for i, cid in enumerate(CLIENTS[:3])
+        },
     )
     # Round 2 is open: nothing of it is recorded until it closes, but the
     # coordinator's heartbeat says what it is doing.
-    store.open_round(
-        run.id, 2, num_selected=3, deadline_at=_deadline(), model_version=1
-    )
-    store.heartbeat(run.id, phase="training", live_clients=3)
-    return run.id
+    store.open_round(run_id, 2, num_selected=3, deadline_at=deadline(), model_version=1)
+    store.heartbeat(run_id, phase="training", live_clients=3)
+    return run_id
 
 
 def _failed_run(store: Store) -> str:
-    run = store.create_run(
-        "digits-failed", _config("digits-failed"), {}, total_rounds=3
-    )
-    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
-    _enroll(store, run.id, CLIENTS[:2])
-    store.open_round(
-        run.id, 1, num_selected=2, deadline_at=_deadline(), model_version=0
-    )
-    store.close_round(
-        run.id,
+    run_id = _started_run(store, "digits-failed", CLIENTS[:2], 3)
+    dropped = "no update before the round closed"
+    play_round(
+        store,
+        run_id,
         1,
-        RoundClose(
-            status="failed",
-            participations=(
-                ParticipationRow(
-                    "c0", "dropped", reason="no update before the round closed"
-                ),
-                # Downloaded the model, never uploaded: dropped at close.
-                ParticipationRow(
-                    "c1",
-                    "dropped",
-                    bytes_down=800,
-                    reason="no update before the round closed",
-                ),
-            ),
-            reason="round 1 failed 1 times: quorum not reached: 0 updates, 2 needed",
-            events=(
-                *(
-                    EventRow(
-                        "client_dropped",
-                        f"client 'client-{cid}' sent no update in round 1",
-                        "warning",
-                        1,
-                        cid,
-                    )
-                    for cid in CLIENTS[:2]
-                ),
+        (
+            ParticipationRow("c0", "dropped", reason=dropped),
+            # Downloaded the model, never uploaded: dropped at close.
+            ParticipationRow("c1", "dropped", bytes_down=800, reason=dropped),
+        ),
+        status="failed",
+        reason="round 1 failed 1 times: quorum not reached: 0 updates, 2 needed",
+        events=(
+            *(
                 EventRow(
-                    "round_failed",
-                    "round 1: quorum not reached: 0 updates, 2 needed",
+                    "client_dropped",
+                    f"client 'client-{cid}' sent no update in round 1",
                     "warning",
                     1,
-                ),
-                EventRow("run_failed", "round 1 failed 1 times", "error", 1),
+                    cid,
+                )
+                for cid in CLIENTS[:2]
             ),
-            run_status="failed",
+            EventRow(
+                "round_failed",
+                "round 1: quorum not reached: 0 updates, 2 needed",
+                "warning",
+                1,
+            ),
+            EventRow("run_failed", "round 1 failed 1 times", "error", 1),
         ),
+        run_status="failed",
     )
-    return run.id
+    return run_id
 
 
 def _pending_run(store: Store) -> str:
