@@ -37,9 +37,8 @@ from flwr.app import (
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.constant import ErrorCode
 
-from fedplat.compression import CompressionError, Compressor, StateDict
+from fedplat.compression import Compressor, StateDict
 from fedplat.flower.records import (
-    RecordError,
     arrays_to_vector,
     layout_of_arrays,
     payload_record,
@@ -122,7 +121,10 @@ def uplink_mod(msg: Message, ctx: Context, call_next: ClientAppCallable) -> Mess
         assert isinstance(sent, ArrayRecord)
         layout = layout_of_arrays(sent)
         before = arrays_to_vector(sent, layout)
-    except (UplinkError, RecordError, ValueError) as exc:
+        # Before training: a spec this client cannot use costs no local work.
+        comp = spec.compressor(layout)
+        load_compressor(ctx, spec, comp)
+    except ValueError as exc:  # UplinkError, RecordError, CompressionError, ...
         return _error(msg, str(exc))
     reply = call_next(msg, ctx)
     if reply.has_error():
@@ -133,8 +135,6 @@ def uplink_mod(msg: Message, ctx: Context, call_next: ClientAppCallable) -> Mess
         )
         assert isinstance(arrays, ArrayRecord)
         update = arrays_to_vector(arrays, layout) - before
-        comp = spec.compressor(layout)
-        load_compressor(ctx, spec, comp)
         data = encode_update(
             spec,
             comp,
@@ -143,7 +143,7 @@ def uplink_mod(msg: Message, ctx: Context, call_next: ClientAppCallable) -> Mess
             noise=make_noise_generator(secure_seed()),
         )
         save_compressor(ctx, spec, comp)
-    except (UplinkError, RecordError, CompressionError) as exc:
+    except ValueError as exc:  # UplinkError, RecordError, CompressionError, ...
         return _error(msg, str(exc))
     reply.content[key] = payload_record(data)
     return reply

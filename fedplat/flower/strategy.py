@@ -127,7 +127,10 @@ class FedplatStrategy(FedAvg):
             or (self._sent.layout != layout)
         ):
             self._compressor = self.uplink.compressor(layout)
-        config[CONFIG_KEY] = self.uplink.to_config()
+        if not self.uplink.is_dense:
+            # Without it uplink_mod leaves the reply alone: dense updates travel
+            # as Flower's own arrays, which any client and strategy can read.
+            config[CONFIG_KEY] = self.uplink.to_config()
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self._sent = RoundInput(
             server_round=server_round,
@@ -245,8 +248,8 @@ class FedplatStrategy(FedAvg):
             for i, d in enumerate(decisions)
         )
         info = {
-            "contribution.evaluations": float(scores.evaluations),
-            "contribution.seconds": scores.seconds,
+            "contribution-evaluations": float(scores.evaluations),
+            "contribution-seconds": scores.seconds,
         }
         return out, info
 
