@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
 from fedplat.aggregators import available_aggregators, build_aggregator
-from fedplat.flower import FedplatStrategy, decisions_from_metrics
 from fedplat.server.config import parse_config
+
+from fedplat.flower import FedplatStrategy, decisions_from_metrics
 from tests.support import run_config
 from tests.support.flower import (
     contexts,

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from fedplat.aggregators import AggregationError
 from flwr.app import (
     ArrayRecord,
     Context,
@@ -15,7 +16,6 @@ from flwr.app import (
     RecordDict,
 )
 
-from fedplat.aggregators import AggregationError
 from fedplat.flower import (
     ContributionScoring,
     FedplatStrategy,

@@ -64,7 +64,7 @@ def _adds(update: np.ndarray, arrays_key: str = "arrays") -> object:
 def test_spec_refuses_what_the_flower_strategy_cannot_do() -> None:
     with pytest.raises(UplinkError, match="'central' is not supported"):
         UplinkSpec.parse({"privacy": {"mode": "central", "noise_multiplier": 1.0}})
-    with pytest.raises(UplinkError, match="needs privacy.noise_multiplier"):
+    with pytest.raises(UplinkError, match=r"needs privacy\.noise_multiplier"):
         UplinkSpec.parse({"privacy": {"mode": "local", "epsilon": 1.0}})
     with pytest.raises(UplinkError, match="compressoin"):
         UplinkSpec.parse({"compressoin": {"name": "dgc"}})
@@ -72,7 +72,7 @@ def test_spec_refuses_what_the_flower_strategy_cannot_do() -> None:
         UplinkSpec.from_config("x" * 70_000)
     with pytest.raises(UplinkError, match="bad uplink spec"):
         UplinkSpec.from_config('{"seed": -1}')
-    with pytest.raises(UplinkError, match="compression: .*nosuch"):
+    with pytest.raises(UplinkError, match=r"compression: .*nosuch"):
         UplinkSpec.parse({"compression": {"name": "nosuch"}}).compressor(LAYOUT)
 
 
