@@ -45,11 +45,10 @@ class RoundInput:
 
 @dataclass(frozen=True)
 class Accepted:
-    """One usable reply: its update ``[d]`` (``new - global``), example count,
-    bytes on the wire and content (for the clients' own metrics)."""
+    """One usable reply: its example count, bytes on the wire and content (for
+    the clients' own metrics); its update is its row of :attr:`Intake.stack`."""
 
     node_id: int
-    update: torch.Tensor
     num_examples: float
     nbytes: int
     content: RecordDict
@@ -57,7 +56,11 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Intake:
+    """The accepted replies in ascending node id order, their updates as the
+    rows of ``stack`` ``[n_accepted, d]`` (``new - global``), and the rejected."""
+
     accepted: list[Accepted]
+    stack: torch.Tensor
     rejected: list[Rejection]
 
 
@@ -75,29 +78,31 @@ def _num_examples(content: RecordDict, key: str, limit: float) -> float:
     return float(value)
 
 
-def _update(
+def _decode_into(
+    row: torch.Tensor,
     arrays: ArrayRecord,
     sent: RoundInput,
     spec: UplinkSpec,
     compressor: Compressor,
-) -> tuple[torch.Tensor, int]:
-    """The reply's update ``[d]`` and its size on the wire in bytes."""
+) -> int:
+    """Write the reply's update into ``row`` ``[d]``; return its bytes on the wire."""
     data = payload_bytes(arrays)
-    d = sent.layout.numel
     if data is not None:
-        vec = decode_update(spec, compressor, data, d=d, round=sent.server_round)
+        d = sent.layout.numel
+        row.copy_(decode_update(spec, compressor, data, d=d, round=sent.server_round))
         nbytes = len(data)
     else:
         # A plain Flower client (no uplink_mod) returns its new model.
-        vec = arrays_to_vector(arrays, sent.layout) - sent.global_vec
+        arrays_to_vector(arrays, sent.layout, out=row, minus=sent.global_vec)
         nbytes = sum(len(a.data) for a in arrays.values())
-    if not all_finite(vec):
+    if not all_finite(row):
         raise UplinkError("the update holds non-finite values")
-    return vec, nbytes
+    return nbytes
 
 
 def _accept(
     msg: Message,
+    row: torch.Tensor,
     sent: RoundInput,
     spec: UplinkSpec,
     compressor: Compressor,
@@ -114,8 +119,8 @@ def _accept(
         )
     n = _num_examples(content, weighted_by_key, max_num_examples)
     arrays = next(iter(content.array_records.values()))
-    vec, nbytes = _update(arrays, sent, spec, compressor)
-    return Accepted(msg.metadata.src_node_id, vec, n, nbytes, content)
+    nbytes = _decode_into(row, arrays, sent, spec, compressor)
+    return Accepted(msg.metadata.src_node_id, n, nbytes, content)
 
 
 def take_replies(
@@ -127,23 +132,37 @@ def take_replies(
     weighted_by_key: str,
     max_num_examples: float,
 ) -> Intake:
-    """Accept or reject each reply; accepted ones in ascending node id order
-    (Flower hands replies over in arrival order; a fixed order makes rules
-    that break ties by position reproducible)."""
-    accepted: dict[int, Accepted] = {}
+    """Accept or reject each reply, decoding straight into the round's stack.
+
+    Rows follow ascending node id: Flower hands replies over in arrival order,
+    and a fixed order makes rules that break ties by position reproducible.
+    """
     rejected: list[Rejection] = []
+    first: dict[int, Message] = {}
     for msg in replies:
         node = int(msg.metadata.src_node_id)
         if node not in sent.node_ids:
             rejected.append(Rejection(node, "node was not sampled this round"))
-            continue
-        if node in accepted or any(r.node_id == node for r in rejected):
+        elif node in first:
             rejected.append(Rejection(node, "second reply from this node"))
-            continue
+        else:
+            first[node] = msg
+    rows = torch.empty(len(first), sent.layout.numel, dtype=torch.float32)
+    accepted: list[Accepted] = []
+    for node in sorted(first):
+        row = rows[len(accepted)]
         try:
-            accepted[node] = _accept(
-                msg, sent, spec, compressor, weighted_by_key, max_num_examples
+            accepted.append(
+                _accept(
+                    first[node],
+                    row,
+                    sent,
+                    spec,
+                    compressor,
+                    weighted_by_key,
+                    max_num_examples,
+                )
             )
         except (UplinkError, RecordError) as exc:
             rejected.append(Rejection(node, str(exc)))
-    return Intake([accepted[k] for k in sorted(accepted)], rejected)
+    return Intake(accepted, rows[: len(accepted)], rejected)

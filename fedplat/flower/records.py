@@ -104,8 +104,17 @@ def _read_npy(arr: Array, spec: TensorSpec) -> np.ndarray:
     return np.frombuffer(data, dtype=declared, count=spec.numel, offset=offset)
 
 
-def arrays_to_vector(arrays: ArrayRecord, layout: Layout) -> torch.Tensor:
+def arrays_to_vector(
+    arrays: ArrayRecord,
+    layout: Layout,
+    out: torch.Tensor | None = None,
+    minus: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Concatenate the arrays named by ``layout`` into one float32 vector ``[d]``.
+
+    ``out`` (e.g. a row of the round's stack) receives the result when given;
+    ``minus`` ``[d]`` is subtracted on the way, so a client's update
+    ``new - global`` is written in one pass over its bytes.
 
     Raises
     ------
@@ -119,12 +128,20 @@ def arrays_to_vector(arrays: ArrayRecord, layout: Layout) -> torch.Tensor:
     )
     if extra:
         raise RecordError(f"unexpected arrays {extra[:5]}")
-    out = torch.empty(layout.numel, dtype=torch.float32)
+    if out is None:
+        out = torch.empty(layout.numel, dtype=torch.float32)
+    elif out.shape != (layout.numel,) or out.dtype != torch.float32:
+        raise RecordError(f"out must be float32 [{layout.numel}]")
     view = out.numpy()  # shares memory: NumPy casts straight into the vector
+    base = None if minus is None else minus.numpy()
     for spec, (a, b) in zip(layout.specs, layout.offsets(), strict=True):
         if spec.name not in arrays:
             raise RecordError(f"array {spec.name!r} is missing")
-        view[a:b] = _read_npy(arrays[spec.name], spec)
+        flat = _read_npy(arrays[spec.name], spec)
+        if base is None:
+            view[a:b] = flat
+        else:
+            np.subtract(flat, base[a:b], out=view[a:b], casting="unsafe")
     return out
 
 

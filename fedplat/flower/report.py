@@ -15,7 +15,8 @@ client, in the same order as ``fedplat.node-id``)::
     fedplat.rejected-node-id   [uint]   replies refused before aggregation
     fedplat.failed             0|1      the round produced no new model
 
-plus scalars (``fedplat.num-accepted``, ``fedplat.aggregation-s``,
+plus scalars (``fedplat.num-accepted``, ``fedplat.aggregation-s`` (the whole
+aggregation step), ``fedplat.rule-s`` (the rule and pre-aggregators alone),
 ``fedplat.uplink-bytes``, ``fedplat.compression-ratio``, ...).
 :func:`decisions_from_metrics` reads the decisions back.
 """
@@ -73,6 +74,7 @@ class RoundReport:
     rejected: tuple[Rejection, ...] = ()
     failure: str | None = None
     aggregation_s: float = 0.0
+    rule_s: float = 0.0
     uplink_bytes: int = 0
     dense_bytes: int = 0
     extra: dict[str, float] = field(default_factory=dict)
@@ -84,6 +86,7 @@ class RoundReport:
             PREFIX + "num-rejected": len(self.rejected),
             PREFIX + "failed": int(self.failure is not None),
             PREFIX + "aggregation-s": self.aggregation_s,
+            PREFIX + "rule-s": self.rule_s,
             PREFIX + "uplink-bytes": self.uplink_bytes,
         }
         if self.uplink_bytes > 0:

@@ -38,6 +38,7 @@ from flwr.serverapp.strategy import FedAvg
 from pydantic import ValidationError
 
 from fedplat.aggregators import AggregationError, AggregationResult, build_aggregator
+from fedplat.compression import Compressor
 from fedplat.compression.wire import all_finite
 from fedplat.config import validation_message
 from fedplat.flower.contribution import ContributionScoring
@@ -105,7 +106,8 @@ class FedplatStrategy(FedAvg):
         self.max_num_examples = float(max_num_examples)
         self.reports: dict[int, RoundReport] = {}
         self._sent: RoundInput | None = None
-        self._compressor = None
+        self._compressor: Compressor | None = None
+        self._rule_s = 0.0  # seconds in the rule itself, this round
         self._accountant: PrivacyAccountant | None = None
         if self.uplink.privacy.mode == "local":
             self._accountant = PrivacyAccountant(self.uplink.privacy.accountant)
@@ -164,6 +166,7 @@ class FedplatStrategy(FedAvg):
             log.warning(
                 "round %d: rejected node %d: %s", server_round, r.node_id, r.reason
             )
+        self._rule_s = 0.0
         stack, weights, result, failure = self._aggregate(intake)
         arrays = None
         decisions: tuple[NodeDecision, ...] = ()
@@ -193,6 +196,7 @@ class FedplatStrategy(FedAvg):
             rejected=tuple(intake.rejected),
             failure=failure,
             aggregation_s=elapsed,
+            rule_s=self._rule_s,
             uplink_bytes=sum(a.nbytes for a in intake.accepted),
             dense_bytes=4 * sent.layout.numel * len(intake.accepted),
             extra=extra,
@@ -205,16 +209,20 @@ class FedplatStrategy(FedAvg):
     ) -> tuple[torch.Tensor, torch.Tensor | None, AggregationResult | None, str | None]:
         """The stacked rows ``[n, d]``, weights ``[n]``, and the rule's result
         or the reason there is none."""
+        stack = intake.stack
         if not intake.accepted:
-            return torch.empty(0), None, None, "no usable update"
-        stack = torch.stack([a.update for a in intake.accepted])
+            return stack, None, None, "no usable update"
         weights = None
         if self.aggregator_config.weighted:
             weights = torch.tensor([a.num_examples for a in intake.accepted])
+        t0 = time.perf_counter()
         try:
-            return stack, weights, self.aggregator(stack, weights), None
+            result = self.aggregator(stack, weights)
         except AggregationError as exc:
             return stack, weights, None, f"aggregation failed: {exc}"
+        finally:
+            self._rule_s = time.perf_counter() - t0
+        return stack, weights, result, None
 
     def _score(
         self,

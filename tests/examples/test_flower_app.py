@@ -16,7 +16,10 @@ pytestmark = pytest.mark.integration  # starts real processes
 
 def _run(engine: str, supernodes: int, rounds: int, tmp: Path) -> dict[str, Any]:
     results = tmp / "results.json"
-    config = f'num-server-rounds={rounds} max-steps=20 results-path="{results}"'
+    config = (
+        f"num-server-rounds={rounds} max-steps=20 num-nodes={supernodes} "
+        f'results-path="{results}"'
+    )
     with FlowerRuntime(engine, supernodes, tmp) as rt:
         done = rt.run(config, timeout=420)
         logs = rt.log("superlink")
