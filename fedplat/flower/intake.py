@@ -65,11 +65,10 @@ class Intake:
 
 
 def _num_examples(content: RecordDict, key: str, limit: float) -> float:
-    if len(content.metric_records) != 1:
-        raise UplinkError(
-            f"expected one MetricRecord, found {len(content.metric_records)}"
-        )
-    metrics = next(iter(content.metric_records.values()))
+    records = content.metric_records
+    if len(records) != 1:
+        raise UplinkError(f"expected one MetricRecord, found {len(records)}")
+    metrics = next(iter(records.values()))
     value = metrics.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UplinkError(f"metric {key!r} must be a number, got {value!r}")
@@ -113,12 +112,11 @@ def _accept(
         reason = str(msg.error.reason)[:_MAX_REASON]
         raise UplinkError(f"client error {msg.error.code}: {reason}")
     content = msg.content
-    if len(content.array_records) != 1:
-        raise UplinkError(
-            f"expected one ArrayRecord, found {len(content.array_records)}"
-        )
+    records = content.array_records  # a view Flower rebuilds on every access
+    if len(records) != 1:
+        raise UplinkError(f"expected one ArrayRecord, found {len(records)}")
     n = _num_examples(content, weighted_by_key, max_num_examples)
-    arrays = next(iter(content.array_records.values()))
+    arrays = next(iter(records.values()))
     nbytes = _decode_into(row, arrays, sent, spec, compressor)
     return Accepted(msg.metadata.src_node_id, n, nbytes, content)
 

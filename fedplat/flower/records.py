@@ -14,6 +14,7 @@ allocate it. Nothing is ever unpickled.
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
@@ -68,8 +69,24 @@ def layout_of_arrays(arrays: ArrayRecord) -> Layout:
     return Layout(tuple(specs))
 
 
+@functools.lru_cache(maxsize=1024)
+def _npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """The exact header ``np.save`` writes for a C-ordered little-endian array."""
+    buf = io.BytesIO()
+    descr = np.dtype(dtype).newbyteorder("<").str
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue()
+
+
 def _read_npy(arr: Array, spec: TensorSpec) -> np.ndarray:
-    """The ``.npy`` bytes of ``arr`` as a flat array, checked against ``spec``."""
+    """The ``.npy`` bytes of ``arr`` as a flat array, checked against ``spec``.
+
+    Bytes that start with exactly the header ``np.save`` writes for ``spec``
+    (what Flower's ``Array(ndarray)`` holds) skip parsing it: byte equality
+    already says dtype, order and shape are the expected ones. Anything else is
+    parsed and checked field by field.
+    """
     if arr.stype != NUMPY_STYPE:
         raise RecordError(f"array {spec.name!r}: serialization {arr.stype!r}")
     if arr.dtype != spec.dtype or tuple(arr.shape) != spec.shape:
@@ -80,6 +97,9 @@ def _read_npy(arr: Array, spec: TensorSpec) -> np.ndarray:
     dtype = np.dtype(spec.dtype)
     body = spec.numel * dtype.itemsize
     data = arr.data
+    expected = _npy_header(spec.dtype, spec.shape)
+    if len(data) == len(expected) + body and data.startswith(expected):
+        return np.frombuffer(data, dtype=dtype.newbyteorder("<"), offset=len(expected))
     if not body <= len(data) <= body + _MAX_NPY_HEADER:
         raise RecordError(f"array {spec.name!r}: {len(data)} bytes for {body}")
     buf = io.BytesIO(data)
