@@ -44,7 +44,7 @@ from fedplat.config import validation_message
 from fedplat.flower.contribution import ContributionScoring
 from fedplat.flower.intake import Intake, RoundInput, take_replies
 from fedplat.flower.records import arrays_to_vector, layout_of_arrays, vector_to_arrays
-from fedplat.flower.report import NodeDecision, RoundReport
+from fedplat.flower.report import PREFIX, NodeDecision, RoundReport
 from fedplat.flower.uplink import CONFIG_KEY, UplinkSpec
 from fedplat.privacy import PrivacyAccountant
 from fedplat.server.config import AggregatorSection
@@ -285,9 +285,14 @@ class FedplatStrategy(FedAvg):
                 )
             except (ValueError, TypeError, KeyError) as exc:
                 log.warning("clients' metrics not aggregated: %s", exc)
+        # The fedplat.* keys are the strategy's: a client must not be able to
+        # plant decisions (a flag list, a score) in the round's record.
+        out = MetricRecord(
+            {k: v for k, v in metrics.items() if not k.startswith(PREFIX)}
+        )
         for key, value in report.to_metrics().items():
-            metrics[key] = value
-        return metrics
+            out[key] = value
+        return out
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]

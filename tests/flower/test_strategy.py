@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,6 +16,7 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
+from flwr.clientapp import ClientApp
 
 from fedplat.flower import (
     ContributionScoring,
@@ -254,3 +256,26 @@ def test_a_failing_utility_drops_the_scores_not_the_round() -> None:
     arrays, metrics = run_round(strategy, 1, _zeros(), app, contexts(NODES))
     assert arrays is not None and metrics is not None
     assert all(d.contribution == {} for d in decisions_from_metrics(metrics))
+
+
+def test_clients_cannot_plant_fedplat_metrics() -> None:
+    updates = _honest()
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, ctx: Context) -> Message:
+        reply = shift_app(updates, dict.fromkeys(NODES, 1))(msg, ctx)
+        metrics = reply.content["metrics"]
+        metrics["fedplat.flag.excluded"] = [1, 1, 1, 1, 1]
+        metrics["fedplat.score"] = [0.0]
+        return reply
+
+    strategy = FedplatStrategy({"name": "fedavg"}, **SAMPLE_ALL)
+    _, metrics = run_round(strategy, 1, _zeros(), app, contexts(NODES))
+    assert metrics is not None
+    assert "fedplat.flag.excluded" not in metrics
+    scores = metrics["fedplat.score"]
+    assert isinstance(scores, list) and len(scores) == 5  # FedAvg scores none: NaN
+    assert all(math.isnan(x) for x in scores)
+    assert all(d.flags == () for d in decisions_from_metrics(metrics))
+    assert metrics["train_loss"] == pytest.approx(0.5)
