@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -61,6 +62,19 @@ def _aggregator_section(value: AggregatorSection | Mapping[str, Any] | None) -> 
         return AggregatorSection.model_validate(dict(value or {}))
     except ValidationError as exc:
         raise ValueError(validation_message(exc, "bad aggregator section:")) from exc
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """The aggregation step of one round: the accepted rows ``[n, d]``, their
+    weights ``[n]`` (``None``: unweighted), the rule's result or why there is
+    none, and the seconds spent in the rule (and pre-aggregators)."""
+
+    stack: torch.Tensor
+    weights: torch.Tensor | None
+    result: AggregationResult | None
+    failure: str | None
+    rule_s: float = 0.0
 
 
 class FedplatStrategy(FedAvg):
@@ -107,7 +121,6 @@ class FedplatStrategy(FedAvg):
         self.reports: dict[int, RoundReport] = {}
         self._sent: RoundInput | None = None
         self._compressor: Compressor | None = None
-        self._rule_s = 0.0  # seconds in the rule itself, this round
         self._accountant: PrivacyAccountant | None = None
         if self.uplink.privacy.mode == "local":
             self._accountant = PrivacyAccountant(self.uplink.privacy.accountant)
@@ -166,8 +179,8 @@ class FedplatStrategy(FedAvg):
             log.warning(
                 "round %d: rejected node %d: %s", server_round, r.node_id, r.reason
             )
-        self._rule_s = 0.0
-        stack, weights, result, failure = self._aggregate(intake)
+        outcome = self._aggregate(intake)
+        result, failure = outcome.result, outcome.failure
         arrays = None
         decisions: tuple[NodeDecision, ...] = ()
         if result is not None:
@@ -186,9 +199,7 @@ class FedplatStrategy(FedAvg):
         extra: dict[str, float] = {}
         if arrays is not None and self.contribution is not None:
             assert result is not None
-            decisions, extra = self._score(
-                server_round, stack, weights, result, decisions
-            )
+            decisions, extra = self._score(server_round, outcome, result, decisions)
         extra.update(self._account(intake))
         report = RoundReport(
             server_round=server_round,
@@ -196,7 +207,7 @@ class FedplatStrategy(FedAvg):
             rejected=tuple(intake.rejected),
             failure=failure,
             aggregation_s=elapsed,
-            rule_s=self._rule_s,
+            rule_s=outcome.rule_s,
             uplink_bytes=sum(a.nbytes for a in intake.accepted),
             dense_bytes=4 * sent.layout.numel * len(intake.accepted),
             extra=extra,
@@ -204,14 +215,11 @@ class FedplatStrategy(FedAvg):
         self.reports[server_round] = report
         return arrays, self._metrics(intake, report)
 
-    def _aggregate(
-        self, intake: Intake
-    ) -> tuple[torch.Tensor, torch.Tensor | None, AggregationResult | None, str | None]:
-        """The stacked rows ``[n, d]``, weights ``[n]``, and the rule's result
-        or the reason there is none."""
+    def _aggregate(self, intake: Intake) -> _Outcome:
+        """The rule's result over the accepted rows, or the reason there is none."""
         stack = intake.stack
         if not intake.accepted:
-            return stack, None, None, "no usable update"
+            return _Outcome(stack, None, None, "no usable update")
         weights = None
         if self.aggregator_config.weighted:
             weights = torch.tensor([a.num_examples for a in intake.accepted])
@@ -219,16 +227,13 @@ class FedplatStrategy(FedAvg):
         try:
             result = self.aggregator(stack, weights)
         except AggregationError as exc:
-            return stack, weights, None, f"aggregation failed: {exc}"
-        finally:
-            self._rule_s = time.perf_counter() - t0
-        return stack, weights, result, None
+            return _Outcome(stack, weights, None, f"aggregation failed: {exc}")
+        return _Outcome(stack, weights, result, None, time.perf_counter() - t0)
 
     def _score(
         self,
         server_round: int,
-        stack: torch.Tensor,
-        weights: torch.Tensor | None,
+        outcome: _Outcome,
         result: AggregationResult,
         decisions: tuple[NodeDecision, ...],
     ) -> tuple[tuple[NodeDecision, ...], dict[str, float]]:
@@ -236,8 +241,8 @@ class FedplatStrategy(FedAvg):
         assert self.contribution is not None and sent is not None
         scores = self.contribution.score(
             server_round,
-            stack,
-            weights,
+            outcome.stack,
+            outcome.weights,
             sent.global_vec,
             result.aggregate.to(torch.float32),
             lambda vec: vector_to_arrays(vec, sent.layout, sent.template),
