@@ -9,7 +9,8 @@ memory); at close the accepted rows are moved to the front in order, and the
 ``[k, d]`` view is handed to the rule without a copy.
 
 FedAvg with no pre-aggregation needs only the weighted sum: :class:`RunningSum`
-keeps ``sum_i w_i u_i`` in float64 (``O(d)`` whatever the number of clients) and
+keeps ``sum_i w_i u_i`` in float32 (``O(d)`` whatever the number of clients; an
+in-place BLAS axpy per update, like the rule's own float32 mean) and
 decodes each upload into a scratch row from a small pool, added once the upload
 is complete and valid, then returned to the pool.
 """
@@ -105,8 +106,7 @@ class RunningSum:
     def commit(self, acc: Accepted, buffer: torch.Tensor) -> None:
         with self._lock:
             if self.sum is None:
-                self.sum = torch.zeros(self.d, dtype=torch.float64)
-            # In-place add promotes the float32 row without a float64 copy.
+                self.sum = torch.zeros(self.d, dtype=torch.float32)
             self.sum.add_(buffer, alpha=acc.weight)
             self.total_weight += acc.weight
             self._accepted[acc.row] = acc

@@ -331,7 +331,8 @@ class ServerSection(Strict):
     # Plaintext gRPC must be asked for explicitly; otherwise TLS is required.
     insecure: bool = False
     tls: TlsSection | None = None
-    max_message_bytes: int = Field(default=4 * MiB, ge=64 * 1024, le=1024 * MiB)
+    # At most 16 MiB: what the SDK accepts per message (its channel limit).
+    max_message_bytes: int = Field(default=4 * MiB, ge=64 * 1024, le=16 * MiB)
     chunk_bytes: int = Field(default=1 * MiB, ge=1024)
     max_update_bytes: int = Field(default=1024 * MiB, ge=1024)
     long_poll_seconds: float = Field(default=10.0, gt=0, le=300)

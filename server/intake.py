@@ -21,6 +21,7 @@ gRPC servicer and the in-memory transport.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,21 @@ class _Gate:
     cond: threading.Condition
     closed: bool = False
     inflight: int = 0
+
+
+def checked_norm(vec: torch.Tensor) -> float:
+    """The L2 norm of a finite ``[d]`` float32 update; InvalidArgument if it holds
+    NaN or Inf. One BLAS pass (a dot product) serves both checks: a NaN or Inf
+    makes it non-finite; only then (or on a float32 overflow of a huge but finite
+    row) does the exact elementwise check run."""
+    squared = float(torch.dot(vec, vec))
+    if math.isfinite(squared):
+        return math.sqrt(squared)
+    if not all_finite(vec):
+        raise InvalidArgument(
+            f"update holds {count_nonfinite(vec)} non-finite values (NaN or Inf)"
+        )
+    return float(torch.linalg.vector_norm(vec, dtype=torch.float64))
 
 
 class Intake:
@@ -311,21 +327,21 @@ class Upload:
             vec = self.sink.finish()
         except PayloadError as exc:
             raise InvalidArgument(f"bad payload: {exc}") from None
-        if not all_finite(vec):
-            raise InvalidArgument(
-                f"update holds {count_nonfinite(vec)} non-finite values (NaN or Inf)"
-            )
-        norm = float(torch.linalg.vector_norm(vec, dtype=torch.float64))
+        norm = checked_norm(vec)
         limit = self.intake.cfg.server.max_update_norm
         if norm > limit:
             raise InvalidArgument(
                 f"update norm {norm:.3g} exceeds the plausible maximum {limit:.3g}"
             )
         clipped = self.intake.plan.clip_row(vec, norm)
-        weight = self.intake.registry.weight(self.client, h.num_examples)
         intake = self.intake
+        # The averaging weight: the capped example count for a weighted rule,
+        # 1 otherwise (robust rules, central DP's unweighted mean).
+        examples = intake.registry.weight(self.client, h.num_examples)
+        weight = examples if intake.cfg.aggregator.is_weighted else 1
+        g = intake.gate(r)
         with intake.board.lock:
-            if intake.board.round is not r:
+            if intake.board.round is not r or g.closed:
                 raise StaleUpdate(
                     f"round {r.number} closed while the update was decoded"
                 )
@@ -333,18 +349,27 @@ class Upload:
                 raise DuplicateUpdate(
                     f"an update for round {r.number} was already received"
                 )
+            r.answered.add(a.client_id)  # reserved: nobody else commits this row
+            g.inflight += 1  # closing the round waits for this commit
+        try:
+            # Outside the board's lock: adding a large row takes milliseconds,
+            # and the event loop takes that lock on every poll.
             r.accumulator.commit(Accepted(a.client_id, a.row, float(weight)), vec)
+        finally:
+            with g.cond:
+                g.inflight -= 1
+                g.cond.notify_all()
+        with intake.board.lock:
             o = r.outcomes[a.client_id]
             now = intake.clock()
             o.status = "succeeded"
             o.bytes_up += self.wire_bytes
             o.num_examples = h.num_examples
-            o.weight = float(weight)
+            o.weight = float(examples)
             o.duration_s = max(0.0, now - (o.downloaded_at or r.opened_at))
             o.train_loss = h.metrics.get("train_loss")
             o.metrics = dict(h.metrics)
             o.clipped = clipped
-            r.answered.add(a.client_id)
             self._done = True
         intake.board.signal.notify()
         return UploadAck(True, f"update for round {r.number} accepted", self.wire_bytes)
@@ -358,14 +383,16 @@ class Upload:
         status = "late" if isinstance(exc, StaleUpdate) else "rejected"
         if not isinstance(exc, DuplicateUpdate):
             self.intake._settle(self.r, self.a, status, exc.reason, self.wire_bytes)
-        self.intake._reject(
-            Rejection(
-                "update_rejected",
-                exc.reason,
-                self.client.client_id,
-                {"round": self.r.number},
+        if not exc.recorded:
+            self.intake._reject(
+                Rejection(
+                    "update_rejected",
+                    exc.reason,
+                    self.client.client_id,
+                    {"round": self.r.number},
+                )
             )
-        )
+            exc.recorded = True
 
 
 __all__ = ["Intake", "Upload"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -108,9 +109,16 @@ class CoordinatorServicer:
                     cid if isinstance(cid, str) and len(cid) <= 64 else None,
                 )
             await context.abort(status_of(exc), exc.reason)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except grpc.aio.AbortError:
             raise
-        except Exception:
+        except BaseException:
+            if context.cancelled() or context.done():
+                # The caller went away (closed its channel, timed out) while we
+                # were answering: nothing to report to it, nothing went wrong here.
+                log.info("%s: the client cancelled the call", rpc)
+                raise asyncio.CancelledError from None
+            if not isinstance(sys.exc_info()[1], Exception):
+                raise
             # A bug must not take the coordinator down; the client sees INTERNAL.
             log.exception("%s failed", rpc)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")

@@ -39,7 +39,8 @@ class ChannelOptions:
     root_certificates: bytes | None = None
     private_key: bytes | None = None  # client key/cert for mutual TLS
     certificate_chain: bytes | None = None
-    max_message_bytes: int = 4 * MiB
+    # What this client accepts per message: the coordinator's chunks must fit.
+    max_message_bytes: int = 16 * MiB
     chunk_bytes: int = 1 * MiB
     max_model_bytes: int = 2048 * MiB
     rpc_timeout: float = 60.0
@@ -65,6 +66,10 @@ def make_channel(address: str, opts: ChannelOptions) -> grpc.Channel:
 T = TypeVar("T")
 
 
+def _as_bytes(message: bytes) -> bytes:
+    return message
+
+
 class GrpcConnection:
     """A client's gRPC session with a coordinator."""
 
@@ -73,6 +78,18 @@ class GrpcConnection:
         self.opts = opts
         self.channel = make_channel(address, opts)
         self.stub = pb_grpc.CoordinatorStub(self.channel)
+        # The two large streams skip protobuf objects for their payload: data
+        # chunks are written with one copy and read as views of the received bytes.
+        self._download = self.channel.unary_stream(
+            "/fedplat.v1.Coordinator/DownloadModel",
+            request_serializer=pb.DownloadRequest.SerializeToString,
+            response_deserializer=streams.parse_model_chunk,
+        )
+        self._upload = self.channel.stream_unary(
+            "/fedplat.v1.Coordinator/UploadUpdate",
+            request_serializer=_as_bytes,
+            response_deserializer=pb.UploadAck.FromString,
+        )
         self._client_id = ""
         self._token = ""
         self._chunk = opts.chunk_bytes
@@ -127,7 +144,7 @@ class GrpcConnection:
         md = self._md()
         return self._call(
             lambda: streams.receive_model(
-                self.stub.DownloadModel(
+                self._download(
                     pb.DownloadRequest(task_id=task_id),
                     metadata=md,
                     timeout=self.opts.rpc_timeout,
@@ -140,8 +157,8 @@ class GrpcConnection:
     def upload_update(self, header: UpdateHeader, body: EncodedBody) -> UploadAck:
         md = self._md()
         resp = self._call(
-            lambda: self.stub.UploadUpdate(
-                streams.update_to_chunks(header, body, self._chunk),
+            lambda: self._upload(
+                streams.update_messages(header, body, self._chunk),
                 metadata=md,
                 timeout=self.opts.rpc_timeout,
             )
