@@ -21,9 +21,9 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
-from fedplat.aggregators.distances import pairwise_sq_distances
+from fedplat.aggregators.kernels.distances import pairwise_sq_distances
+from fedplat.aggregators.kernels.order_stats import coordinate_meamed
 from fedplat.aggregators.krum import krum_scores
-from fedplat.aggregators.order_stats import coordinate_meamed
 
 
 def bulyan_selection(

@@ -1,7 +1,7 @@
 """Coordinate-wise rules: median, trimmed mean, MeaMed.
 
 Each coordinate is aggregated independently from the sorted column of client
-values (see :mod:`fedplat.aggregators.order_stats` for the fast column sort).
+values (see :mod:`fedplat.aggregators.kernels.order_stats` for the fast column sort).
 Client weights are validated but not used: an order statistic that counted a
 client's claimed example count could be moved by a single Byzantine client
 claiming a huge count.
@@ -22,7 +22,7 @@ from fedplat.aggregators.base import (
     participation_report,
     require,
 )
-from fedplat.aggregators.order_stats import (
+from fedplat.aggregators.kernels.order_stats import (
     coordinate_meamed,
     coordinate_median,
     coordinate_trimmed_mean,

@@ -43,7 +43,7 @@ from fedplat.aggregators.base import (
     check_float,
     check_int,
 )
-from fedplat.aggregators.distances import gram
+from fedplat.aggregators.kernels.distances import gram
 
 _RESCALE = ("paper", "median_norm")
 # irls_flag stops when the objective change or the objective itself is below this.

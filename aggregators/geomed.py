@@ -21,7 +21,10 @@ from fedplat.aggregators.base import (
     check_float,
     check_int,
 )
-from fedplat.aggregators.distances import accurate_gram, combination_sq_distances
+from fedplat.aggregators.kernels.distances import (
+    accurate_gram,
+    combination_sq_distances,
+)
 
 
 def smoothed_weiszfeld(

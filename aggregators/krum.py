@@ -1,8 +1,8 @@
 """Krum and Multi-Krum (Blanchard et al., NeurIPS 2017; El Mhamdi et al., ICML 2018).
 
 All pairwise distances come from one Gram matrix
-(:func:`fedplat.aggregators.distances.pairwise_sq_distances`), so the cost is one
-GEMM plus one GEMV for the average, whatever ``n``.
+(:func:`fedplat.aggregators.kernels.distances.pairwise_sq_distances`), so the cost
+is one GEMM plus one GEMV for the average, whatever ``n``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
-from fedplat.aggregators.distances import pairwise_sq_distances
+from fedplat.aggregators.kernels.distances import pairwise_sq_distances
 
 
 def krum_scores(sq_dist: torch.Tensor, neighbours: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
-from fedplat.aggregators.distances import pairwise_sq_distances
+from fedplat.aggregators.kernels.distances import pairwise_sq_distances
 
 
 def _identity_share(n: int) -> torch.Tensor:

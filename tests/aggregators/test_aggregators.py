@@ -24,7 +24,7 @@ from fedplat.aggregators import (
     register_pre_aggregator,
 )
 from fedplat.aggregators.base import ClientDecision, aggregate_finite, check_updates
-from fedplat.aggregators.order_stats import sort_columns
+from fedplat.aggregators.kernels.bitonic import sort_columns
 
 
 def col(*values: float) -> torch.Tensor:

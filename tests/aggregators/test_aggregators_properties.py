@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from fedplat.aggregators import AggregationError, create_aggregator
-from fedplat.aggregators.order_stats import sort_columns
+from fedplat.aggregators.kernels.bitonic import sort_columns
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays

@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 import torch
-from fedplat.aggregators import fused_sort as fs
-from fedplat.aggregators import order_stats as os_
+from fedplat.aggregators.kernels import fused_sort as fs
+from fedplat.aggregators.kernels import order_stats as os_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,6 @@
 """Compiled selection networks: coordinate-wise order statistics in one pass.
 
-The eager column sort of :mod:`fedplat.aggregators.order_stats` runs a bitonic
+The eager column sort of :mod:`fedplat.aggregators.kernels.bitonic` runs a bitonic
 network as ~90 small torch ops per block of columns; every op streams its block
 through L2, so a ``[50, 1e6]`` median costs ~40 plain means. Here the same idea
 (sort every column with a fixed comparator network of ``torch.minimum`` /
@@ -133,7 +133,7 @@ def trimmed_mean_reduction(n: int, trim: int) -> tuple[tuple[int, ...], Reductio
 def meamed_reduction(n: int, f: int) -> tuple[tuple[int, ...] | None, Reduction]:
     """``(mean of the n - f values closest to the median, window's smallest,
     window's largest)``; same windows and tie rule (lowest window) as
-    :func:`fedplat.aggregators.order_stats.closest_window`."""
+    :func:`.order_stats.closest_window`."""
     if not 0 <= f < n:
         raise ValueError(f"MeaMed needs 0 <= f < n, got f={f}, n={n}")
     keep = n - f
