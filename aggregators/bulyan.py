@@ -21,8 +21,8 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
+from fedplat.aggregators.coordinatewise import coordinate_meamed
 from fedplat.aggregators.kernels.distances import pairwise_sq_distances
-from fedplat.aggregators.kernels.order_stats import coordinate_meamed
 from fedplat.aggregators.krum import krum_scores
 
 

@@ -49,7 +49,10 @@ MIN_COLUMNS = 1 << 17
 # takes too long to compile; the eager path handles them.
 MAX_ROWS = 128
 
-Reduction = Callable[[list[torch.Tensor]], tuple[torch.Tensor, ...]]
+# A rule's per-column maths over the sorted values of a column: ``s[r]`` is the
+# ``r``-th smallest value of every column; returns ``(aggregate, lowest kept,
+# highest kept)`` (see ``order_stats.ColumnReduction``).
+Reduction = Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]]
 
 
 def _odd_even_merge_sort(size: int) -> list[tuple[int, int]]:
@@ -101,62 +104,6 @@ def apply_network(
         a, b = v[i], v[j]
         v[i], v[j] = torch.minimum(a, b), torch.maximum(a, b)
     return v
-
-
-def median_reduction(n: int) -> tuple[tuple[int, ...], Reduction]:
-    """``(median, lower middle, upper middle)``; the mean of the two middle values
-    for even ``n``."""
-    lo, hi = (n - 1) // 2, n // 2
-
-    def reduce(s: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        med = s[lo] if lo == hi else 0.5 * (s[lo] + s[hi])
-        return med, s[lo], s[hi]
-
-    return (lo, hi) if lo != hi else (lo,), reduce
-
-
-def trimmed_mean_reduction(n: int, trim: int) -> tuple[tuple[int, ...], Reduction]:
-    """``(mean of ranks trim..n-trim-1, smallest kept, largest kept)``."""
-    if not 0 <= 2 * trim < n:
-        raise ValueError(f"trimmed mean needs 0 <= 2*trim < n, got trim={trim}, n={n}")
-    middle = tuple(range(trim, n - trim))
-
-    def reduce(s: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        total = s[trim]
-        for r in middle[1:]:
-            total = total + s[r]
-        return total / len(middle), s[middle[0]], s[middle[-1]]
-
-    return middle, reduce
-
-
-def meamed_reduction(n: int, f: int) -> tuple[tuple[int, ...] | None, Reduction]:
-    """``(mean of the n - f values closest to the median, window's smallest,
-    window's largest)``; same windows and tie rule (lowest window) as
-    :func:`.order_stats.closest_window`."""
-    if not 0 <= f < n:
-        raise ValueError(f"MeaMed needs 0 <= f < n, got f={f}, n={n}")
-    keep = n - f
-    lo, hi = (n - 1) // 2, n // 2
-
-    def reduce(s: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        med = 0.5 * (s[lo] + s[hi])
-        total = s[0]
-        for r in range(1, keep):
-            total = total + s[r]
-        best_sum, first, last = total, s[0], s[keep - 1]
-        best_cost = torch.maximum(med - s[0], s[keep - 1] - med)
-        for i in range(1, n - keep + 1):
-            total = total + (s[i + keep - 1] - s[i - 1])
-            cost = torch.maximum(med - s[i], s[i + keep - 1] - med)
-            better = cost < best_cost  # strict: ties keep the lower window
-            best_cost = torch.where(better, cost, best_cost)
-            best_sum = torch.where(better, total, best_sum)
-            first = torch.where(better, s[i], first)
-            last = torch.where(better, s[i + keep - 1], last)
-        return best_sum / keep, first, last
-
-    return None, reduce
 
 
 def sorted_reduce(

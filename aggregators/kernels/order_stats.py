@@ -1,6 +1,11 @@
-"""Coordinate-wise order statistics of an ``[n, d]`` stack: the compiled kernel
-(:mod:`.fused_sort`) when it is ready, else the eager network (:mod:`.bitonic`),
-with per-row counts of the kept entries."""
+"""Coordinate-wise reductions of an ``[n, d]`` stack over its sorted columns.
+
+A rule states its per-column maths as a :class:`ColumnReduction` over the sorted
+values of one column (``s[r]``, the ``r``-th smallest, one tensor per rank);
+:func:`reduce_columns` runs it on the compiled network (:mod:`.fused_sort`) when
+that kernel is ready, else on the eager network (:mod:`.bitonic`), and counts per
+row how often its value fell inside the kept range.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from fedplat.aggregators.kernels import fused_sort
 from fedplat.aggregators.kernels.bitonic import reduce_sorted_columns, row_slices
+from fedplat.aggregators.kernels.fused_sort import Reduction
 
 
 @dataclass(frozen=True)
@@ -34,15 +40,6 @@ class Coordinatewise:
 # block costs ~40% of the sort, and it is a monitoring statistic.
 _EXACT_COUNT_COORDS = 1 << 16
 _COUNT_GROUP = 8192  # columns; a group is counted whole or not at all
-
-
-def _sum_rows(t: torch.Tensor) -> torch.Tensor:
-    """``t.sum(dim=0)`` for ``t`` ``[r, S]`` with every op kept inline."""
-    parts = [t[sl].sum(dim=0) for sl in row_slices(t.shape[0], t.shape[1])]
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
 
 
 class _KeptCounter:
@@ -86,154 +83,63 @@ class _KeptCounter:
         return self.counts.to(torch.float64) / self.total
 
 
-def _fused(
-    key: tuple[object, ...],
-    x: torch.Tensor,
-    reduction: tuple[tuple[int, ...] | None, fused_sort.Reduction],
-    counter: _KeptCounter,
-) -> torch.Tensor | None:
-    """The aggregate from a compiled network (:mod:`.fused_sort`), counting kept
-    entries; ``None`` when that path does not apply or cannot compile."""
-    if not fused_sort.applicable(x):
-        return None
-    ranks, reduce = reduction
-    out = fused_sort.run(key, x, ranks, reduce)
-    if out is None:
-        return None
-    agg, lo, hi = out
-    counter.add_columns(x, lo, hi)
-    return agg
+@dataclass(frozen=True)
+class ColumnReduction:
+    """A per-column rule over sorted values.
 
-
-def coordinate_median(x: torch.Tensor, track: bool = True) -> Coordinatewise:
-    """Coordinate-wise median of ``x`` ``[n, d]`` (Yin et al., ICML 2018).
-
-    For even ``n`` this is the mean of the two middle values (numpy's convention),
-    not ``torch.median``'s lower median. ``track=False`` skips the ``kept``
-    counts (``nan``).
+    Attributes
+    ----------
+    key : tuple
+        Identifies ``(rule, n, settings)``: the compiled kernel is cached by it.
+    ranks : tuple of int or None
+        The ranks ``reduce`` reads (``None``: all); the networks skip the work
+        that leads only to other ranks, so ``reduce`` must not read them.
+    reduce : callable
+        ``reduce(s) -> (aggregate, lowest kept, highest kept)``, each ``[S]``,
+        where ``s[r]`` is the ``r``-th smallest value of every column (``[S]``).
+        Only elementwise torch ops, so the compiled kernel can fuse it.
     """
-    n = x.shape[0]
-    lo_rank, hi_rank = (n - 1) // 2, n // 2
-    counter = _KeptCounter(n, x.shape[1], track)
-    fused = _fused(("median", n), x, fused_sort.median_reduction(n), counter)
-    if fused is not None:
-        return Coordinatewise(fused, counter.fractions())
 
-    def reduce(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
-        counter.add(raw, block[0], block[-1], start)
-        return block[0] if lo_rank == hi_rank else 0.5 * (block[0] + block[1])
-
-    ranks = [lo_rank] if lo_rank == hi_rank else [lo_rank, hi_rank]
-    agg = reduce_sorted_columns(x, reduce, ranks=ranks)
-    return Coordinatewise(agg, counter.fractions())
+    key: tuple[object, ...]
+    ranks: tuple[int, ...] | None
+    reduce: Reduction
 
 
-def coordinate_trimmed_mean(
-    x: torch.Tensor, trim: int, track: bool = True
+def _rows_by_rank(
+    block: torch.Tensor, n: int, ranks: tuple[int, ...] | None
+) -> list[torch.Tensor]:
+    """``s`` for ``reduce``: the rows of a sorted block ``[n, S]``, or of the
+    picked ranks ``[len(ranks), S]`` placed at their ranks (the other entries
+    repeat a picked row; ``reduce`` never reads them)."""
+    if ranks is None:
+        return list(block.unbind(0))
+    rows = [block[0]] * n
+    for i, r in enumerate(ranks):
+        rows[r] = block[i]
+    return rows
+
+
+def reduce_columns(
+    x: torch.Tensor, reduction: ColumnReduction, track: bool = True
 ) -> Coordinatewise:
-    """Mean of the ``n - 2*trim`` middle values of every column (Yin et al. 2018).
+    """Apply ``reduction`` to every column of ``x`` ``[n, d]``.
 
-    ``x`` is ``[n, d]``; requires ``0 <= 2*trim < n``.
+    ``track=False`` skips the ``kept`` counts (``nan``).
     """
     n = x.shape[0]
-    if not 0 <= 2 * trim < n:
-        raise ValueError(f"trimmed mean needs 0 <= 2*trim < n, got trim={trim}, n={n}")
-    keep = n - 2 * trim
+    ranks = reduction.ranks
     counter = _KeptCounter(n, x.shape[1], track)
-    fused = _fused(
-        ("trimmed_mean", n, trim),
-        x,
-        fused_sort.trimmed_mean_reduction(n, trim),
-        counter,
-    )
-    if fused is not None:
-        return Coordinatewise(fused, counter.fractions())
+    if fused_sort.applicable(x):
+        out = fused_sort.run(reduction.key, x, ranks, reduction.reduce)
+        if out is not None:
+            agg, lo, hi = out
+            counter.add_columns(x, lo, hi)
+            return Coordinatewise(agg, counter.fractions())
 
-    def reduce(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
-        middle = block[trim : n - trim]
-        counter.add(raw, middle[0], middle[-1], start)
-        return _sum_rows(middle) / keep
+    def chunk(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
+        agg, lo, hi = reduction.reduce(_rows_by_rank(block, n, ranks))
+        counter.add(raw, lo, hi, start)
+        return agg
 
-    agg = reduce_sorted_columns(x, reduce)
-    return Coordinatewise(agg, counter.fractions())
-
-
-def _argmin_rows(t: torch.Tensor) -> torch.Tensor:
-    """``t.argmin(dim=0, keepdim=True)`` (first minimum) with ops kept inline."""
-    best_val: torch.Tensor | None = None
-    best_idx = torch.zeros(1, t.shape[1], dtype=torch.int64, device=t.device)
-    for sl in row_slices(t.shape[0], t.shape[1]):
-        val, idx = t[sl].min(dim=0, keepdim=True)
-        if best_val is None:
-            best_val, best_idx = val, idx
-        else:
-            better = val < best_val  # strict: ties keep the earlier window
-            best_val = torch.where(better, val, best_val)
-            best_idx = torch.where(better, idx + sl.start, best_idx)
-    return best_idx
-
-
-def closest_window(sorted_block: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
-    """The ``keep`` values closest to the median of each sorted column.
-
-    ``sorted_block`` is ``[n, S]``, ascending along dim 0. The ``keep`` values
-    nearest to the median form a contiguous window ``[i, i + keep)`` of the sorted
-    column; among the ``n - keep + 1`` windows the best one minimises
-    ``max(med - s[i], s[i + keep - 1] - med)``; ties go to the lowest window.
-
-    Returns
-    -------
-    tuple of torch.Tensor
-        ``(mean, first, last)``, each ``[S]``: the window's mean and its smallest
-        and largest values.
-    """
-    n = sorted_block.shape[0]
-    lo, hi = (n - 1) // 2, n // 2
-    med = 0.5 * (sorted_block[lo] + sorted_block[hi])
-    n_windows = n - keep + 1
-    if n_windows == 1:
-        return _sum_rows(sorted_block) / n, sorted_block[0], sorted_block[-1]
-    cost = torch.empty(
-        n_windows,
-        sorted_block.shape[1],
-        dtype=sorted_block.dtype,
-        device=sorted_block.device,
-    )
-    for sl in row_slices(n_windows, sorted_block.shape[1]):
-        left = med - sorted_block[sl]  # distance of the window's first value
-        right = sorted_block[sl.start + keep - 1 : sl.stop + keep - 1] - med
-        torch.maximum(left, right, out=cost[sl])
-    start = _argmin_rows(cost)  # [1, S]
-    # Window sum without a scan along dim 0 (cumsum over short strided columns is
-    # ~10x slower than elementwise ops): sum of the first window plus the
-    # differences s[i + keep] - s[i] of every shift i < start.
-    width = sorted_block.shape[1]
-    total = _sum_rows(sorted_block[:keep])
-    shift = torch.arange(n_windows - 1, device=sorted_block.device)[:, None]
-    for sl in row_slices(n_windows - 1, width):
-        diff = sorted_block[sl.start + keep : sl.stop + keep] - sorted_block[sl]
-        total = total + (diff * (shift[sl] < start)).sum(dim=0)
-    first = sorted_block.gather(0, start)[0]
-    last = sorted_block.gather(0, start + keep - 1)[0]
-    return total / keep, first, last
-
-
-def coordinate_meamed(x: torch.Tensor, f: int, track: bool = True) -> Coordinatewise:
-    """Mean-around-median (Xie, Koyejo & Gupta 2018, "Generalized Byzantine-tolerant
-    SGD", MeaMed): per coordinate, the mean of the ``n - f`` values closest to the
-    median. ``x`` ``[n, d]``; requires ``0 <= f < n``."""
-    n = x.shape[0]
-    if not 0 <= f < n:
-        raise ValueError(f"MeaMed needs 0 <= f < n, got f={f}, n={n}")
-    counter = _KeptCounter(n, x.shape[1], track)
-    fused = _fused(("meamed", n, f), x, fused_sort.meamed_reduction(n, f), counter)
-    if fused is not None:
-        return Coordinatewise(fused, counter.fractions())
-
-    def reduce(block: torch.Tensor, raw: torch.Tensor, start: int) -> torch.Tensor:
-        mean, first, last = closest_window(block, n - f)
-        counter.add(raw, first, last, start)
-        return mean
-
-    agg = reduce_sorted_columns(x, reduce)
+    agg = reduce_sorted_columns(x, chunk, ranks=None if ranks is None else list(ranks))
     return Coordinatewise(agg, counter.fractions())
