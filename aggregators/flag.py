@@ -164,7 +164,7 @@ class FlagAggregator(Rule):
         self, updates: torch.Tensor, weights: torch.Tensor
     ) -> RuleOutput:
         n = updates.shape[0]
-        g = gram(updates, center=False)
+        g = gram(updates)
         norms = torch.diagonal(g).clamp_min(0.0).sqrt()
         inv = torch.where(
             norms > 0, 1.0 / norms.clamp_min(1e-300), torch.zeros_like(norms)

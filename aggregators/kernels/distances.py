@@ -8,20 +8,31 @@ passes over ``d`` of pairwise ``(x_i - x_j).norm()`` loops (Flower's and the
 reference implementations). Squared distances follow from
 ``||x_i - x_j||^2 = G_ii + G_jj - 2 G_ij``.
 
-That identity cancels catastrophically when the rows share a large common
-component (honest updates close to each other relative to their norms): a float32
-GEMM over a block of columns loses ~``1e-6 * ||x_i||^2``. The centered
-form subtracts the column mean of each block before the GEMM (distances are
-invariant to translating every row by the same vector) and so loses that fraction
-of ``||x_i - c||^2`` instead; it costs two more passes over each block.
-:func:`accurate_gram` takes the plain GEMM (the memory-bound floor) and redoes it
-centered only when some pair of rows is too close for it to be accurate. Block
-products are always accumulated in float64.
+Accuracy. That identity cancels catastrophically when rows are close to each
+other relative to their norms: a float32 GEMM over a block of columns loses
+~``1e-6 * ||x_i||^2``. Distances are invariant to translating every row by the
+same vector, so :func:`accurate_gram` first takes the plain GEMM (the
+memory-bound floor) and, only when some pair of rows is too close for it, redoes
+it with every row taken relative to an *origin row*: the row with the smallest
+sum of squared distances to its ``(n - 1) // 2`` nearest rows, a point inside
+the majority cluster. The error is then ~``1e-6 * ||x_i - x_origin||^2``.
+Centering on the plain mean instead let one far row (``1e20``) drag the origin
+with it and destroy every distance; the origin row cannot be moved by rows
+outside the majority, and entries ``G_ij`` of two rows never depend on a third.
+
+Overflow. A float32 product overflows for rows beyond ~``1e19``: the GEMM is then
+redone in float64, which holds the Gram matrix of any float32 rows. Only float64
+inputs beyond ~``1e150`` can still overflow; their distances become ``+inf``
+(never NaN), so rules that compare distances rank them last. Block products are
+always accumulated in float64.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+from fedplat.aggregators.base import AggregationError
 
 # Plain Gram is kept when every pair satisfies
 # ||x_i - x_j||^2 >= _MIN_SEPARATION * (||x_i||^2 + ||x_j||^2): then the GEMM's
@@ -37,105 +48,195 @@ _MIN_SEPARATION = 1e-2
 _BLOCK_COLS = 1 << 18
 
 
-def gram(
-    x: torch.Tensor, center: bool = True, extra: torch.Tensor | None = None
+def _work_dtype(x: torch.Tensor, wide: bool) -> torch.dtype:
+    if wide:
+        return torch.float64
+    # Half-precision GEMMs overflow at 65504 and round at 1e-3.
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def _gram_pass(
+    x: torch.Tensor,
+    extra: torch.Tensor | None,
+    origin: torch.Tensor | None,
+    dtype: torch.dtype,
 ) -> torch.Tensor:
-    """Gram matrix of the rows of ``x`` (and ``extra``), optionally centered.
+    """``<y_i, y_j>`` for the rows ``y`` of ``[x; extra] - origin``, blocks of
+    columns in ``dtype``, accumulated in float64 (not symmetrised)."""
+    n, d = x.shape
+    k = 0 if extra is None else extra.shape[0]
+    out = torch.zeros(n + k, n + k, dtype=torch.float64, device=x.device)
+    for s0 in range(0, d, _BLOCK_COLS):
+        block = x[:, s0 : s0 + _BLOCK_COLS].to(dtype)
+        more = None if extra is None else extra[:, s0 : s0 + _BLOCK_COLS].to(dtype)
+        if origin is not None:
+            shift = origin[s0 : s0 + _BLOCK_COLS].to(dtype)
+            block = block - shift
+            more = None if more is None else more - shift
+        out[:n, :n] += (block @ block.T).to(torch.float64)
+        if more is not None:
+            # No copy of the stack: [x; e] [x; e]^T from x x^T, x e^T and e e^T.
+            cross = (block @ more.T).to(torch.float64)
+            out[:n, n:] += cross
+            out[n:, :n] += cross.T
+            out[n:, n:] += (more @ more.T).to(torch.float64)
+    return out
+
+
+def gram(
+    x: torch.Tensor,
+    extra: torch.Tensor | None = None,
+    origin: torch.Tensor | None = None,
+    *,
+    wide: bool = False,
+) -> torch.Tensor:
+    """Gram matrix of the rows of ``x`` (and ``extra``), relative to ``origin``.
 
     Parameters
     ----------
     x : torch.Tensor
         ``[n, d]`` floating-point stack.
     extra : torch.Tensor, optional
-        ``[k, d]`` more rows (e.g. a reference point), appended block by block so
+        ``[k, d]`` more rows (e.g. a reference point), handled block by block so
         the ``[n + k, d]`` stack is never materialised.
-    center : bool
-        Subtract the mean row before taking inner products. The result then holds
-        ``<x_i - c, x_j - c>`` for the mean row ``c``: pairwise distances and inner
-        products of affine combinations (coefficients summing to 1) of rows
-        relative to each other are unchanged, and more accurate.
+    origin : torch.Tensor, optional
+        ``[d]``; the result holds ``<x_i - origin, x_j - origin>``. Distances and
+        inner products of affine combinations of rows (coefficients summing to
+        1) relative to each other do not depend on it.
+    wide : bool
+        Compute the products in float64 from the start (else only when the
+        input dtype overflows).
 
     Returns
     -------
     torch.Tensor
-        ``[n + k, n + k]`` float64, symmetric; the mean row ``c`` is that of all
-        ``n + k`` rows.
+        ``[n + k, n + k]`` float64, symmetric.
+
+    Examples
+    --------
+    >>> gram(torch.tensor([[1.0, 0.0], [3.0, 4.0]]))
+    tensor([[ 1.,  3.],
+            [ 3., 25.]], dtype=torch.float64)
     """
-    n, d = x.shape
-    k = 0 if extra is None else extra.shape[0]
-    out = torch.zeros(n + k, n + k, dtype=torch.float64, device=x.device)
-    if extra is not None and not center:
-        # No copy of the stack: [x; e] [x; e]^T from x x^T, x e^T and e e^T.
-        e = extra.to(x.dtype)
-        out[:n, :n] = gram(x, center=False)
-        cross = torch.zeros(n, k, dtype=torch.float64, device=x.device)
-        for s0 in range(0, d, _BLOCK_COLS):
-            cross += (
-                x[:, s0 : s0 + _BLOCK_COLS] @ e[:, s0 : s0 + _BLOCK_COLS].T
-            ).double()
-        out[:n, n:] = cross
-        out[n:, :n] = cross.T
-        out[n:, n:] = e.double() @ e.double().T
-        return out
-    for s0 in range(0, d, _BLOCK_COLS):
-        block = x[:, s0 : s0 + _BLOCK_COLS]
-        if extra is not None:
-            block = torch.cat([block, extra[:, s0 : s0 + _BLOCK_COLS].to(x.dtype)])
-        if center:
-            block = block - block.mean(dim=0, keepdim=True)
-        out += (block @ block.T).to(torch.float64)
+    work = _work_dtype(x, wide)
+    g = _gram_pass(x, extra, origin, work)
+    if work != torch.float64 and not bool(torch.isfinite(g).all()):
+        # A float32 product overflowed (a row beyond ~1e19): float64 products
+        # cannot overflow for float32 rows.
+        g = _gram_pass(x, extra, origin, torch.float64)
+    return _symmetric(g)
+
+
+def _symmetric(g: torch.Tensor) -> torch.Tensor:
     # GEMM rounding leaves the two triangles unequal in the last bit.
-    return 0.5 * (out + out.T)
+    return 0.5 * (g + g.T)
 
 
 def sq_distances_from_gram(g: torch.Tensor) -> torch.Tensor:
     """``||x_i - x_j||^2`` ``[n, n]`` from a Gram matrix ``g`` ``[n, n]``.
 
     Clamped at 0 (rounding can make a tiny distance negative) with an exact zero
-    diagonal.
+    diagonal; a pair whose entries overflowed is ``+inf``, never NaN.
+
+    Examples
+    --------
+    >>> sq_distances_from_gram(gram(torch.tensor([[1.0, 0.0], [3.0, 4.0]])))
+    tensor([[ 0., 20.],
+            [20.,  0.]], dtype=torch.float64)
     """
     diag = torch.diagonal(g)
-    d2 = (diag[:, None] + diag[None, :] - 2.0 * g).clamp_min_(0.0)
+    d2 = diag[:, None] + diag[None, :] - 2.0 * g
+    d2 = torch.where(torch.isnan(d2), math.inf, d2).clamp_min_(0.0)
     d2.fill_diagonal_(0.0)
     return d2
 
 
-def well_separated(g: torch.Tensor) -> bool:
-    """Whether an uncentered Gram matrix ``[n, n]`` gives accurate distances."""
+def _plain_is_accurate(g: torch.Tensor, d2: torch.Tensor) -> bool:
+    """Whether a Gram matrix ``g`` taken around the coordinate origin gives
+    accurate distances ``d2``: every pair is far apart relative to its norms."""
     n = g.shape[0]
     if n < 2:
         return True
     diag = torch.diagonal(g)
     scale = diag[:, None] + diag[None, :]
-    d2 = sq_distances_from_gram(g)
-    off = ~torch.eye(n, dtype=torch.bool)
+    off = ~torch.eye(n, dtype=torch.bool, device=g.device)
     return bool((d2[off] >= _MIN_SEPARATION * scale[off]).all())
+
+
+def central_row(d2: torch.Tensor) -> int:
+    """The row with the smallest sum of squared distances to its ``(n - 1) // 2``
+    nearest other rows (at least one), ties to the lower index. While most rows
+    are honest, every honest row's sum involves honest rows only, so a row far
+    from the majority is never picked.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [1e20]])
+    >>> central_row(sq_distances_from_gram(gram(x)))
+    1
+    """
+    n = d2.shape[0]
+    if n < 2:
+        return 0
+    others = d2.clone()
+    others.fill_diagonal_(math.inf)
+    k = max(1, (n - 1) // 2)
+    score = others.topk(k, dim=1, largest=False).values.sum(dim=1)
+    return int(torch.sort(score, stable=True).indices[0])
 
 
 def accurate_gram(x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
     """Gram matrix ``[n + k, n + k]`` (float64) good for distances between rows.
 
-    The plain GEMM when the rows are well separated (:func:`well_separated`),
-    else the centered one. Inner products of *affine* combinations of rows (and
-    distances) are the same for both; raw inner products are not, so use
-    :func:`gram` with ``center=False`` when those are needed.
+    The plain GEMM when the rows are far apart relative to their norms, else the
+    GEMM relative to :func:`central_row` (module docstring); when the plain
+    float32 GEMM overflowed, the second one runs in float64 straight away (the
+    overflowed entries only make their rows' distances ``+inf``, which
+    :func:`central_row` ranks last). Inner products of *affine* combinations of
+    rows (and distances) are the same for both; raw inner products are not, so
+    use :func:`gram` without ``origin`` for those.
     """
-    g = gram(x, center=False, extra=extra)
-    return g if well_separated(g) else gram(x, center=True, extra=extra)
+    g = _symmetric(_gram_pass(x, extra, None, _work_dtype(x, False)))
+    overflow = not bool(torch.isfinite(g).all())
+    d2 = sq_distances_from_gram(g)
+    if not overflow and _plain_is_accurate(g, d2):
+        return g
+    r = central_row(d2)
+    n = x.shape[0]
+    origin = x[r] if r < n or extra is None else extra[r - n]
+    return gram(x, extra, origin, wide=overflow)
 
 
 def pairwise_sq_distances(x: torch.Tensor) -> torch.Tensor:
     """Squared Euclidean distances between the rows of ``x`` ``[n, d]`` -> ``[n, n]``
-    (float64), from :func:`accurate_gram`."""
+    (float64), from :func:`accurate_gram`; ``+inf`` where they overflow.
+
+    Examples
+    --------
+    >>> pairwise_sq_distances(torch.tensor([[0.0, 0.0], [3.0, 4.0], [1e20, 0.0]]))
+    tensor([[0.0000e+00, 2.5000e+01, 1.0000e+40],
+            [2.5000e+01, 0.0000e+00, 1.0000e+40],
+            [1.0000e+40, 1.0000e+40, 0.0000e+00]], dtype=torch.float64)
+    """
     return sq_distances_from_gram(accurate_gram(x))
 
 
 def combination_sq_distances(g: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     """``||x_i - v||^2`` ``[n]`` for ``v = coef @ X`` with ``sum(coef) == 1``.
 
-    ``g`` is the (centered) Gram matrix ``[n, n]``, ``coef`` ``[n]`` float64.
-    Because ``v`` is an affine combination of the rows, centering does not change
-    the answer: ``||x_i - v||^2 = G_ii - 2 (G c)_i + c^T G c``.
+    ``g`` is a Gram matrix ``[n, n]`` around any origin, ``coef`` ``[n]``
+    float64. Because ``v`` is an affine combination of the rows, the origin does
+    not change the answer: ``||x_i - v||^2 = G_ii - 2 (G c)_i + c^T G c``.
     """
     gc = g @ coef
     return (torch.diagonal(g) - 2.0 * gc + coef @ gc).clamp_min(0.0)
+
+
+def require_finite(g: torch.Tensor, rule: str) -> None:
+    """Raise :class:`AggregationError` when a Gram matrix overflowed float64
+    (float64 rows beyond ~1e150): combinations of rows cannot be measured."""
+    if not bool(torch.isfinite(g).all()):
+        raise AggregationError(
+            f"{rule}: squared norms of the updates overflow float64 "
+            "(entries above ~1e150); scale the updates down"
+        )
