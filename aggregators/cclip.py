@@ -23,6 +23,7 @@ from fedplat.aggregators.base import (
 from fedplat.aggregators.kernels.distances import (
     accurate_gram,
     combination_sq_distances,
+    require_finite,
 )
 
 
@@ -63,6 +64,7 @@ class CenteredClipping(Rule):
                 f"have d={d}; reset the aggregator state for a new model"
             )
         g = accurate_gram(updates, extra=center[None])  # [n + 1, n + 1]
+        require_finite(g, self.name)
         w = weights.to(torch.float64)
         # Coefficients over [x_1 .. x_n, reference]; they always sum to 1.
         coef = torch.zeros(n + 1, dtype=torch.float64)

@@ -24,6 +24,7 @@ from fedplat.aggregators.base import (
 from fedplat.aggregators.kernels.distances import (
     accurate_gram,
     combination_sq_distances,
+    require_finite,
 )
 
 
@@ -122,6 +123,7 @@ class GeometricMedian(Rule):
         self, updates: torch.Tensor, weights: torch.Tensor
     ) -> RuleOutput:
         g = accurate_gram(updates)
+        require_finite(g, self.name)
         alpha = weights.to(torch.float64)
         coef, _ = smoothed_weiszfeld(g, alpha, self.nu, self.max_iter, self.tol)
         agg = coef.to(updates.dtype) @ updates
