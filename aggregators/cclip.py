@@ -42,6 +42,18 @@ class CenteredClipping(Rule):
     Decisions: ``weight`` is the row's coefficient in the output (the rest of the
     output is the reference point), ``score`` its distance to the point it was
     clipped around in the last step; rows farther than ``tau`` are ``"clipped"``.
+
+    Examples
+    --------
+    Around the first reference point 0 with ``tau = 1``, (3, 4) (norm 5) is
+    clipped to (0.6, 0.8) and (0.5, 0) is kept; the output is their mean, and
+    the next round starts from it:
+
+    >>> cc = CenteredClipping(tau=1.0, iterations=1)
+    >>> cc(torch.tensor([[3.0, 4.0], [0.5, 0.0]])).aggregate
+    tensor([0.5500, 0.4000])
+    >>> cc.state_dict()["center"]
+    tensor([0.5500, 0.4000])
     """
 
     name = "centered_clipping"

@@ -7,7 +7,14 @@ from fedplat.aggregators.base import Rule, RuleOutput, uniform_report
 
 
 class FedAvg(Rule):
-    """``sum_i w_i x_i / sum_i w_i`` over the rows of ``updates [n, d]``."""
+    """``sum_i w_i x_i / sum_i w_i`` over the rows of ``updates [n, d]``.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0, 2.0], [4.0, 6.0]])
+    >>> FedAvg()(x, torch.tensor([1.0, 3.0])).aggregate  # 1/4 (0, 2) + 3/4 (4, 6)
+    tensor([3., 5.])
+    """
 
     name = "fedavg"
 

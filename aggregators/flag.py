@@ -117,6 +117,15 @@ class FlagAggregator(Rule):
     ``||Y^T g_i||^2``, the share of the client's direction inside the subspace
     (the reference logs it as ``values``), ``weight`` that score normalised to sum
     to 1; ``"down-weighted"`` below half the average.
+
+    Examples
+    --------
+    Three orthogonal rows and ``m = 3``: the subspace holds every direction, so
+    the output is ``(1/m)`` times the sum of the unit rows:
+
+    >>> x = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 4.0]])
+    >>> FlagAggregator(m=3)(x).aggregate
+    tensor([0.3333, 0.3333, 0.3333])
     """
 
     name = "flag"

@@ -108,6 +108,14 @@ class GeometricMedian(Rule):
     output is exactly ``sum_i weight_i x_i``), ``score`` its distance to the
     output; rows whose coefficient fell below half their client weight are
     ``"down-weighted"``.
+
+    Examples
+    --------
+    On a line the geometric median is the median, 1 here (the mean is 11/3):
+
+    >>> r = GeometricMedian()(torch.tensor([[0.0], [1.0], [10.0]]))
+    >>> r.aggregate, [d.flags for d in r.decisions]
+    (tensor([1.]), [('down-weighted',), (), ('down-weighted',)])
     """
 
     name = "geometric_median"

@@ -274,6 +274,13 @@ def sort_columns(x: torch.Tensor) -> torch.Tensor:
 
     Materialises the sorted stack (tests, small inputs); rules use
     :func:`reduce_sorted_columns`, which never holds more than one block.
+
+    Examples
+    --------
+    >>> sort_columns(torch.tensor([[3.0, 1.0], [1.0, 2.0], [2.0, 0.0]]))
+    tensor([[1., 0.],
+            [2., 1.],
+            [3., 2.]])
     """
     out = torch.empty_like(x)
 

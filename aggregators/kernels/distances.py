@@ -171,7 +171,10 @@ def central_row(d2: torch.Tensor) -> int:
 
     Examples
     --------
-    >>> x = torch.tensor([[0.0], [1.0], [2.0], [1e20]])
+    Two far rows, even identical, are never central (sums of the 2 nearest:
+    5, 2, 5, and 0 + 1e40 for each far row):
+
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [1e20], [1e20]])
     >>> central_row(sq_distances_from_gram(gram(x)))
     1
     """

@@ -77,7 +77,21 @@ def comparators(
     n: int, ranks: tuple[int, ...] | None = None
 ) -> tuple[tuple[int, int], ...]:
     """A comparator network leaving rows ``ranks`` (all rows when ``None``) of an
-    ``n``-row input holding its sorted values (ascending)."""
+    ``n``-row input holding its sorted values (ascending).
+
+    Examples
+    --------
+    Batcher's network for 4 rows is (0, 1), (2, 3), (0, 2), (1, 3), (1, 2); for 3
+    rows the comparators touching the padding row 3 are dropped:
+
+    >>> comps = comparators(3)
+    >>> comps
+    ((0, 1), (0, 2), (1, 2))
+    >>> torch.stack(apply_network(torch.tensor([[3.0], [1.0], [2.0]]).unbind(0), comps))
+    tensor([[1.],
+            [2.],
+            [3.]])
+    """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     size = 1 << max(0, (n - 1).bit_length())

@@ -125,6 +125,16 @@ def reduce_columns(
     """Apply ``reduction`` to every column of ``x`` ``[n, d]``.
 
     ``track=False`` skips the ``kept`` counts (``nan``).
+
+    Examples
+    --------
+    The smallest value of each column (only rank 0 is computed):
+
+    >>> x = torch.tensor([[3.0, 1.0], [1.0, 2.0], [2.0, 0.0]])
+    >>> smallest = ColumnReduction(("min", 3), (0,), lambda s: (s[0], s[0], s[0]))
+    >>> out = reduce_columns(x, smallest)
+    >>> out.aggregate, out.kept  # row i's share of columns where it was kept
+    (tensor([1., 0.]), tensor([0.0000, 0.5000, 0.5000], dtype=torch.float64))
     """
     n = x.shape[0]
     ranks = reduction.ranks
