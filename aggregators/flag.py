@@ -4,7 +4,7 @@ using convex optimization").
 
 Follows the authors' code (hamidralmasi/FlagAggregator, ``aggregators/flag.py`` and
 ``aggregators/center_algorithms_torch.py``: ``irls_flag``, ``flag_mean_iteration``,
-``calc_error_1_2``), as digested in ALGORITHMS.md section 3:
+``calc_error_1_2``):
 
 1. Normalise every row: ``g_i / ||g_i||`` (``F.normalize``: a zero row stays zero).
 2. ``Y0 = QR(rand(d, m) - 0.5)`` with ``torch.manual_seed(seed)``, seed 1.
