@@ -1,9 +1,8 @@
-"""The attack registry (:class:`fedplat.registry.Registry`)."""
+"""The attack registry (:class:`fedplat.registry.Registry`): ``register_attack``
+(duplicates are errors), ``create_attack`` (unknown names and parameters are
+errors naming the valid ones), ``available_attacks``."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 from fedplat.aggregators.attacks.base import Attack, AttackError
 
@@ -11,16 +10,6 @@ from fedplat.registry import Registry
 
 _ATTACKS: Registry[Attack] = Registry("attack", error=AttackError)
 
-
-def register_attack(name: str, factory: Callable[..., Attack]) -> None:
-    """Add an attack under ``name``; duplicates are errors."""
-    _ATTACKS.register(name, factory)
-
-
-def available_attacks() -> list[str]:
-    return _ATTACKS.available()
-
-
-def create_attack(name: str, **params: Any) -> Attack:
-    """Build a registered attack; unknown names and parameters are errors."""
-    return _ATTACKS.create(name, **params)
+register_attack = _ATTACKS.register
+available_attacks = _ATTACKS.available
+create_attack = _ATTACKS.create

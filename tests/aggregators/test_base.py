@@ -9,18 +9,7 @@ import pytest
 import torch
 from fedplat.aggregators import AggregationError, build_aggregator, create_aggregator
 
-EVERY_RULE: list[tuple[str, dict[str, Any]]] = [
-    ("fedavg", {}),
-    ("median", {}),
-    ("trimmed_mean", {"f": 1}),
-    ("meamed", {"f": 1}),
-    ("krum", {"f": 1}),
-    ("multi_krum", {"f": 1}),
-    ("bulyan", {"f": 1}),
-    ("geometric_median", {}),
-    ("centered_clipping", {}),
-    ("flag", {"m": 2}),
-]
+from tests.support import EVERY_RULE
 
 
 def stack(n: int = 7, d: int = 50, scale: float = 100.0) -> torch.Tensor:

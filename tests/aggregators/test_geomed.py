@@ -8,17 +8,7 @@ import pytest
 import torch
 from fedplat.aggregators import create_aggregator
 
-
-def ref_geometric_median(x: np.ndarray, iters: int = 5000) -> np.ndarray:
-    """Plain float64 Weiszfeld from the mean, run to a fixed point."""
-    z = x.mean(axis=0)
-    for _ in range(iters):
-        dist = np.maximum(np.linalg.norm(x - z, axis=1), 1e-12)
-        new = (x / dist[:, None]).sum(axis=0) / (1.0 / dist).sum()
-        if np.array_equal(new, z):
-            break
-        z = new
-    return z
+from tests.support import ref_geometric_median
 
 
 @pytest.mark.parametrize("scale", [1e6, 1e12, 1e20])

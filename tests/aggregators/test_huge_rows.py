@@ -9,6 +9,8 @@ import pytest
 import torch
 from fedplat.aggregators import create_aggregator
 
+from tests.support import ref_geometric_median
+
 N, D, ATTACKER = 10, 1000, 3
 
 
@@ -24,17 +26,6 @@ def radius(honest: torch.Tensor) -> float:
     """Largest distance of an honest row to the honest mean (float64)."""
     h = honest.double()
     return float((h - h.mean(dim=0)).norm(dim=1).max())
-
-
-def ref_weiszfeld(x: np.ndarray, iters: int = 5000) -> np.ndarray:
-    z = x.mean(axis=0)
-    for _ in range(iters):
-        dist = np.maximum(np.linalg.norm(x - z, axis=1), 1e-12)
-        new = (x / dist[:, None]).sum(axis=0) / (1.0 / dist).sum()
-        if np.array_equal(new, z):
-            break
-        z = new
-    return z
 
 
 RULES = [
@@ -75,7 +66,7 @@ def test_krum_family_matches_the_honest_reference(offset: float) -> None:
 def test_geometric_median_matches_float64_weiszfeld() -> None:
     _, x = honest_and_attacked(0.0)
     got = create_aggregator("geometric_median")(x).aggregate.double().numpy()
-    want = ref_weiszfeld(x.double().numpy())
+    want = ref_geometric_median(x.double().numpy())
     assert np.linalg.norm(got - want) <= 1e-4 * (1.0 + np.linalg.norm(want))
 
 
