@@ -83,14 +83,31 @@ class StatelessAggregator:
             )
 
 
+def require_finite_rows(updates: torch.Tensor) -> None:
+    """Raise :class:`AggregationError` naming the rows of ``updates`` ``[n, d]``
+    that hold NaN or Inf (one float64 sum when there are none)."""
+    if all_finite(updates):
+        return
+    rows = (~torch.isfinite(updates)).any(dim=1).nonzero().flatten().tolist()
+    shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+    raise AggregationError(
+        f"updates hold NaN or Inf in row(s) [{shown}]; "
+        "drop non-finite rows before aggregating"
+    )
+
+
 def check_updates(
-    updates: torch.Tensor, weights: torch.Tensor | None = None
+    updates: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    *,
+    finite: bool = True,
 ) -> torch.Tensor:
     """Validate the ``[n, d]`` stack; return weights ``[n]`` normalised to sum 1.
 
-    Rows holding NaN or Inf are refused: a rule handed one can answer silently
-    wrong (Krum's scores all become NaN and it returned row 0), and the
-    coordinator drops such uploads before they reach a rule.
+    Rows holding NaN or Inf are refused (:func:`require_finite_rows`): a rule
+    handed one can answer silently wrong (Krum's scores all become NaN and it
+    returned row 0), and the coordinator drops such uploads before they reach
+    a rule. ``finite=False`` leaves that check to the caller.
 
     Examples
     --------
@@ -110,13 +127,8 @@ def check_updates(
         raise AggregationError("no updates to aggregate")
     if not torch.is_floating_point(updates):
         raise AggregationError(f"updates must be floating point, got {updates.dtype}")
-    if not all_finite(updates):
-        rows = (~torch.isfinite(updates)).any(dim=1).nonzero().flatten().tolist()
-        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
-        raise AggregationError(
-            f"updates hold NaN or Inf in row(s) [{shown}]; "
-            "drop non-finite rows before aggregating"
-        )
+    if finite:
+        require_finite_rows(updates)
     if weights is None:
         return torch.full((n,), 1.0 / n, dtype=torch.float64)
     if weights.shape != (n,):
@@ -275,6 +287,11 @@ class Rule:
 
     name = "rule"
 
+    # True for rules whose aggregate is non-finite whenever an input row of
+    # positive weight is (a weighted sum): with every weight positive they skip
+    # the input pass and check their output instead (BLAS may skip 0 * inf).
+    propagates_non_finite = False
+
     def aggregate_rows(
         self, updates: torch.Tensor, weights: torch.Tensor
     ) -> RuleOutput:
@@ -298,7 +315,9 @@ class Rule:
     def __call__(
         self, updates: torch.Tensor, weights: torch.Tensor | None = None
     ) -> AggregationResult:
-        w = check_updates(updates, weights)
+        w = check_updates(updates, weights, finite=False)
+        if not (self.propagates_non_finite and bool((w > 0).all())):
+            require_finite_rows(updates)
         # float16/bfloat16 round at 1e-3 and overflow at 65504 (bfloat16: 3e38
         # but 8 mantissa bits): squared norms, Gram matrices and window sums
         # are wrong or inf there, so every rule computes in float32 and returns
@@ -307,6 +326,7 @@ class Rule:
         out = self.aggregate_rows(work, w)
         aggregate = out.aggregate.to(updates.dtype)
         if not all_finite(aggregate):
+            require_finite_rows(updates)
             raise AggregationError(
                 f"{self.name} produced a non-finite aggregate from finite updates "
                 f"(values too large for {updates.dtype}?)"

@@ -17,6 +17,9 @@ class FedAvg(Rule):
     """
 
     name = "fedavg"
+    # Every row of positive weight enters the sum, so a non-finite one shows in
+    # the output: no separate pass over the stack to find it.
+    propagates_non_finite = True
 
     def aggregate_rows(
         self, updates: torch.Tensor, weights: torch.Tensor

@@ -30,6 +30,18 @@ def test_a_non_finite_row_is_refused_by_every_rule(
         create_aggregator(name, **params)(x)
 
 
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_fedavg_refuses_a_non_finite_row_whatever_its_weight(weight: float) -> None:
+    # FedAvg skips the input pass and reads non-finite rows off its output; a
+    # zero weight must not hide one (BLAS may skip 0 * inf).
+    x = stack()
+    x[4, 3] = float("inf")
+    w = torch.ones(7)
+    w[4] = weight
+    with pytest.raises(AggregationError, match=r"row\(s\) \[4\]"):
+        create_aggregator("fedavg")(x, w)
+
+
 def test_a_pipeline_refuses_non_finite_rows_too() -> None:
     x = stack()
     x[1, 1] = float("nan")
