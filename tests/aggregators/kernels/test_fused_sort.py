@@ -77,7 +77,7 @@ def reductions(n: int) -> list[ColumnReduction]:
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 40),
     d=st.integers(1, 5),
