@@ -85,7 +85,7 @@ class StatelessAggregator:
 
 def require_finite_rows(updates: torch.Tensor) -> None:
     """Raise :class:`AggregationError` naming the rows of ``updates`` ``[n, d]``
-    that hold NaN or Inf (one float64 sum when there are none)."""
+    that hold NaN or Inf (one plain sum when there are none)."""
     if all_finite(updates):
         return
     rows = (~torch.isfinite(updates)).any(dim=1).nonzero().flatten().tolist()
