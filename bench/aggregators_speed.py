@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fedplat.aggregators import create_aggregator, fused_sort
+from fedplat.aggregators import create_aggregator
+from fedplat.aggregators.kernels import fused_sort
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregators_speed.json"
 
@@ -116,7 +117,7 @@ def bench(
         agg(x)
         agg.load_state_dict({})  # centered clipping: start every run from zero
     # The first calls of the sort-based rules start compiling their fused kernels
-    # in the background (fedplat.aggregators.fused_sort); time the steady state.
+    # in the background (fedplat.aggregators.kernels.fused_sort); time the steady state.
     tic = time.perf_counter()
     fused_sort.wait()
     compile_s = time.perf_counter() - tic

@@ -19,11 +19,10 @@ import torch
 from flwr.app import ArrayRecord, Message, RecordDict
 
 from fedplat.compression import Compressor
-from fedplat.compression.wire import all_finite
 from fedplat.flower.records import RecordError, arrays_to_vector, payload_bytes
 from fedplat.flower.report import Rejection
 from fedplat.flower.uplink import UplinkError, UplinkSpec, decode_update
-from fedplat.vectors import Layout
+from fedplat.vectors import Layout, all_finite
 
 __all__ = ["Accepted", "Intake", "RoundInput", "take_replies"]
 

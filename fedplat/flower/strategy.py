@@ -40,7 +40,6 @@ from pydantic import ValidationError
 
 from fedplat.aggregators import AggregationError, AggregationResult, build_aggregator
 from fedplat.compression import Compressor
-from fedplat.compression.wire import all_finite
 from fedplat.config import validation_message
 from fedplat.flower.contribution import ContributionScoring
 from fedplat.flower.intake import Intake, RoundInput, take_replies
@@ -49,6 +48,7 @@ from fedplat.flower.report import PREFIX, NodeDecision, RoundReport
 from fedplat.flower.uplink import CONFIG_KEY, UplinkSpec
 from fedplat.privacy import PrivacyAccountant
 from fedplat.server.config import AggregatorSection
+from fedplat.vectors import all_finite
 
 __all__ = ["FedplatStrategy"]
 
