@@ -166,14 +166,13 @@ class CoordinatorServicer:
         board = self.coord.board
         end = time.monotonic() + wait
         while True:
-            gen = board.signal.gen
+            woken = board.waiters.register(c.client_id)
             task = self.coord.task_for(c)
-            if task is not None:
-                return task
             left = end - time.monotonic()
-            if left <= 0:
-                return self.coord.wait_task()
-            await board.signal.wait_async(gen, min(left, 5.0))
+            if task is not None or left <= 0:
+                board.waiters.discard(c.client_id, woken)
+                return task if task is not None else self.coord.wait_task()
+            await board.waiters.wait(c.client_id, woken, min(left, 5.0))
             self.coord.registry.touch(c)
 
     async def ReportMetrics(
