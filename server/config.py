@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from fedplat.aggregators import Aggregator
 
 from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.contribution.config import ContributionSection
@@ -226,6 +229,18 @@ class AggregatorSection(Strict):
     @property
     def is_weighted(self) -> bool:
         return self.name == "fedavg" if self.weighted is None else self.weighted
+
+    def build(self) -> Aggregator:
+        """The rule with its pre-aggregators, as the coordinator runs it (the one
+        place a section becomes an aggregator: the coordinator, the Flower
+        strategy and the benchmarks call this)."""
+        from fedplat.aggregators import build_aggregator
+
+        return build_aggregator(
+            self.name,
+            dict(self.params),
+            [{"name": p.name, "params": dict(p.params)} for p in self.pre],
+        )
 
 
 class ServerOptimizerSection(Strict):

@@ -38,7 +38,7 @@ from flwr.serverapp.exception import InconsistentMessageReplies
 from flwr.serverapp.strategy import FedAvg
 from pydantic import ValidationError
 
-from fedplat.aggregators import AggregationError, AggregationResult, build_aggregator
+from fedplat.aggregators import AggregationError, AggregationResult
 from fedplat.compression import Compressor
 from fedplat.config import validation_message
 from fedplat.flower.contribution import ContributionScoring
@@ -111,8 +111,7 @@ class FedplatStrategy(FedAvg):
     ) -> None:
         super().__init__(**kwargs)
         self.aggregator_config = _aggregator_section(aggregator)
-        section = self.aggregator_config.model_dump(exclude={"weighted"})
-        self.aggregator = build_aggregator(**section)  # AggregationError: bad config
+        self.aggregator = self.aggregator_config.build()  # AggregationError: bad config
         self.uplink = UplinkSpec.parse(uplink)
         self.contribution = contribution
         if not max_num_examples > 0:
@@ -221,7 +220,7 @@ class FedplatStrategy(FedAvg):
         if not intake.accepted:
             return _Outcome(stack, None, None, "no usable update")
         weights = None
-        if self.aggregator_config.weighted:
+        if self.aggregator_config.is_weighted:
             weights = torch.tensor([a.num_examples for a in intake.accepted])
         t0 = time.perf_counter()
         try:

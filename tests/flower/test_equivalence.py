@@ -4,7 +4,7 @@ strategy gives the same model, for every registered rule (issue 16).
 fedplat's side is configured exactly as the coordinator configures its
 aggregation step: a run file is parsed (:func:`fedplat.server.config.
 parse_config`), its ``aggregator`` section becomes
-``build_aggregator(name, params, pre)``, the rule gets the example counts as
+``cfg.aggregator.build()``, the rule gets the example counts as
 weights when ``weighted`` is set, and the FedAvg server optimizer with lr 1
 adds the aggregate to the global model. The Flower side receives the clients'
 new models (``global + update``, float32) as Flower arrays.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fedplat.aggregators import available_aggregators, build_aggregator
+from fedplat.aggregators import available_aggregators
 from fedplat.server.config import parse_config
 
 from fedplat.flower import FedplatStrategy, decisions_from_metrics
@@ -98,13 +98,7 @@ def _workload(round_number: int) -> dict[int, np.ndarray]:
 def _coordinator_step(cfg_section: dict[str, Any], tmp: Path) -> tuple[Any, bool]:
     """The aggregator and ``weighted`` flag as the coordinator builds them."""
     cfg = parse_config(run_config(tmp, clients=len(NODES), aggregator=cfg_section))
-    a = cfg.aggregator
-    agg = build_aggregator(
-        a.name,
-        dict(a.params),
-        [{"name": p.name, "params": dict(p.params)} for p in a.pre],
-    )
-    return agg, a.weighted
+    return cfg.aggregator.build(), cfg.aggregator.is_weighted
 
 
 @pytest.mark.parametrize("label", sorted(_sections()))

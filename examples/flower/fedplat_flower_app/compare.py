@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import torch
-from fedplat.aggregators import build_aggregator, fused_sort
+from fedplat.aggregators import fused_sort
 from fedplat.server.config import AggregatorSection
 from fedplat_flower_app.peers import Timed
 from fedplat_flower_app.server_app import (
@@ -68,6 +68,6 @@ def warm_up(sections: list[AggregatorSection], n: int, seed: int) -> float:
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
     t0 = time.perf_counter()
     for section in sections:
-        build_aggregator(**section.model_dump(exclude={"weighted"}))(x)
+        section.build()(x)
     fused_sort.wait()
     return time.perf_counter() - t0
