@@ -76,6 +76,7 @@ class Coordinator:
             clock=clock,
             on_reject=rec.rejection,
             on_enrol=self._enrolled,
+            on_seen=rec.seen,
         )
         self.board = TaskBoard()
         self.board.finished = self.ctx.state.finished
@@ -152,9 +153,7 @@ class Coordinator:
         return self.registry.enroll(req, peer or PeerIdentity())
 
     def authenticate(self, client_id: str, token: str) -> ClientState:
-        c = self.registry.authenticate(client_id, token)
-        self.ctx.recorder.seen(client_id)
-        return c
+        return self.registry.authenticate(client_id, token)
 
     # ---------------------------------------------------------------- tasks
     def task_for(self, c: ClientState) -> Task | None:

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 
 from fedplat.server.registry import Rejection
 
-from fedplat.store import EventRow, RoundClose, RoundRecord, Store, StoreError
+from fedplat.store import (
+    HEARTBEAT_SECONDS,
+    EventRow,
+    RoundClose,
+    RoundRecord,
+    Store,
+    StoreError,
+)
 
 log = logging.getLogger("fedplat.server.recorder")
 
@@ -45,7 +52,7 @@ class Recorder:
         *,
         status: Callable[[], tuple[str | None, int | None]] = lambda: (None, None),
         flush_seconds: float = 0.5,
-        heartbeat_seconds: float = 2.0,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
         window: float = 10.0,
         burst: int = 20,
         clock: Callable[[], float] = time.monotonic,
@@ -78,6 +85,13 @@ class Recorder:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.flush(final=True)
+        if self._thread is not None:
+            # The last word: readers tell a clean stop (resumable) from a
+            # coordinator that died, whose heartbeat merely goes stale.
+            try:
+                self.store.heartbeat(self.run_id, phase="stopped", live_clients=0)
+            except StoreError:
+                log.exception("recorder: could not record the stop")
 
     def _loop(self) -> None:
         while not self._stop.wait(self._flush_s):

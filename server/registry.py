@@ -111,6 +111,7 @@ class ClientRegistry:
         clock: Callable[[], float] = time.time,
         on_reject: Callable[[Rejection], None] = lambda r: None,
         on_enrol: Callable[[ClientState], None] = lambda c: None,
+        on_seen: Callable[[str], None] = lambda client_id: None,
     ) -> None:
         self.cfg = cfg
         self.adm = cfg.admission
@@ -121,6 +122,7 @@ class ClientRegistry:
         self.clock = clock
         self._reject = on_reject
         self._on_enrol = on_enrol
+        self._on_seen = on_seen
         self._lock = threading.RLock()
         self._clients: dict[str, ClientState] = {}
         self._pending: dict[bytes, _Pending] = {}
@@ -384,11 +386,16 @@ class ClientRegistry:
             if now >= c.session_expires:
                 raise Unauthenticated("session expired; enrol again")
             c.last_seen = now
-            return c
+        self._on_seen(client_id)
+        return c
 
     def touch(self, c: ClientState) -> None:
+        """The client is still waiting in a long poll: it is alive."""
         with self._lock:
             c.last_seen = self.clock()
+        # The store's last_seen follows the registry's, so the monitor's view of
+        # liveness is the one the driver selects with.
+        self._on_seen(c.client_id)
 
     @contextmanager
     def slot(self, c: ClientState, kind: str) -> Iterator[None]:

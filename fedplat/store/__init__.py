@@ -27,6 +27,7 @@ from fedplat.store.records import (
     Verdict,
 )
 from fedplat.store.repository import Store, StoreError
+from fedplat.store.runs import HEARTBEAT_SECONDS
 from fedplat.store.schema import current_revision, downgrade, head_revision, migrate
 from fedplat.store.statuses import (
     CLIENT_STATUSES,
@@ -44,6 +45,7 @@ from fedplat.store.statuses import (
 __all__ = [
     "CLIENT_STATUSES",
     "EVENT_LEVELS",
+    "HEARTBEAT_SECONDS",
     "PARTICIPATION_STATUSES",
     "ROUND_STATUSES",
     "RUN_STATUSES",

@@ -13,6 +13,7 @@ from fedplat.store.engine import WRITE_TRANSACTION_OPTION, make_engine, resolve_
 from fedplat.store.models import (
     Run,
 )
+from fedplat.store.schema import current_revision
 from fedplat.store.schema import migrate as _migrate
 from fedplat.store.validate import (
     _ID_MAX,
@@ -94,6 +95,22 @@ class StoreBase:
         if not self._closed:
             self._closed = True
             self._engine.dispose()
+
+    def schema_revision(self) -> str | None:
+        """The schema revision the database is at (``None``: never migrated).
+
+        Read-only clients (the monitor) compare it with
+        :func:`fedplat.store.head_revision` before querying: every query names
+        the columns of the head schema, and only a coordinator migrates.
+        """
+        if self._closed:
+            raise StoreError("store is closed")
+        try:
+            return current_revision(self._engine)
+        except SQLAlchemyError as exc:
+            raise StoreError(
+                f"cannot read the schema revision of {self._display_url}: {exc}"
+            ) from exc
 
     # ------------------------------------------------------------------ #
     # Sessions                                                             #

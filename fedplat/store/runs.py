@@ -24,6 +24,7 @@ from fedplat.store.statuses import (
 from fedplat.store.validate import (
     _NAME_MAX,
     StoreError,
+    _aware,
     _choice,
     _count,
     _encode,
@@ -33,6 +34,10 @@ from fedplat.store.validate import (
     _opt_text,
     _text,
 )
+
+#: How often a running coordinator stamps ``runs.heartbeat_at`` (seconds). Readers
+#: judge a run whose stamp is many periods old as no longer driven by anyone.
+HEARTBEAT_SECONDS = 2.0
 
 
 class RunsStore(StoreBase):
@@ -173,17 +178,28 @@ class RunsStore(StoreBase):
             return _run_record(row)
 
     def heartbeat(
-        self, run_id: str, *, phase: str | None, live_clients: int | None
+        self,
+        run_id: str,
+        *,
+        phase: str | None,
+        live_clients: int | None,
+        when: datetime | None = None,
     ) -> None:
-        """The coordinator is alive: stamp ``heartbeat_at``, its phase and count."""
+        """The coordinator is alive: stamp ``heartbeat_at``, its phase and count.
+
+        Written every :data:`HEARTBEAT_SECONDS` while it runs, and once more with
+        phase ``"stopped"`` when it stops cleanly. ``when`` (default: now) is for
+        replaying a history, as tests do.
+        """
         if phase is not None:
             _text("phase", phase, 32)
         if live_clients is not None:
             _count("live_clients", live_clients)
+        at = _now() if when is None else _aware("when", when)
         with self._write() as session:
             session.execute(
                 update(Run)
                 .where(Run.id == run_id)
-                .values(heartbeat_at=_now(), phase=phase, live_clients=live_clients)
+                .values(heartbeat_at=at, phase=phase, live_clients=live_clients)
                 .execution_options(synchronize_session=False)
             )

@@ -22,6 +22,7 @@ from fedplat.store import (
     ContributionRow,
     ParticipationRow,
     Store,
+    StoreError,
     Verdict,
     current_revision,
     downgrade,
@@ -81,6 +82,18 @@ def test_head_matches_the_models_and_downgrades_to_base_and_back(
     migrate(db_url)
     assert _inspect(db_url)[:2] == ("0003", TABLES_0003)
     assert _schema_diff(db_url) == []
+
+
+def test_a_reader_asks_the_store_for_its_revision(db_url: str) -> None:
+    """The monitor's check before it reads: no engine of its own, no migration."""
+    with Store(db_url, migrate=False) as reader:
+        assert reader.schema_revision() is None  # never migrated
+        migrate(db_url, "0002")
+        assert reader.schema_revision() == "0002"
+        migrate(db_url)
+        assert reader.schema_revision() == head_revision()
+    with pytest.raises(StoreError, match="closed"):
+        reader.schema_revision()
 
 
 @pytest.mark.integration

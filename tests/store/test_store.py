@@ -238,6 +238,12 @@ def test_heartbeat(store: Store) -> None:
         with pytest.raises(StoreError, match=match):
             store.heartbeat(run.id, **kwargs)
     assert store.get_run(run.id) == second
+    then = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    store.heartbeat(run.id, phase="stopped", live_clients=0, when=then)
+    replayed = store.get_run(run.id)
+    assert replayed is not None and replayed.heartbeat_at == then
+    with pytest.raises(StoreError, match="timezone"):
+        store.heartbeat(run.id, phase="x", live_clients=0, when=datetime(2026, 1, 1))
 
 
 # --------------------------------------------------------------------------- #
