@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 from fedplat.store import RoundRecord, RunRecord, Store
+from fedplat.summary import best_round
 from fedplat.vectors import Layout, LayoutError, load_vector, unflatten
 
 FORMATS = ("safetensors", "torch", "onnx")
@@ -67,13 +68,10 @@ def pick_round(
         )
     if not best:
         return done[-1]
-    with_acc = [r for r in done if r.accuracy is not None]
-    if with_acc:  # max keeps the earliest of equal accuracies
-        return max(with_acc, key=lambda r: r.accuracy or 0.0)
-    with_loss = [r for r in done if r.loss is not None]
-    if not with_loss:
+    found = best_round(done)
+    if found is None:
         raise ExportError(f"run {run.name!r} has no evaluated round to call best")
-    return min(with_loss, key=lambda r: r.loss or 0.0)
+    return found
 
 
 def checkpoint_state(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,3 +18,21 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     pr = Procs(logdir)
     yield pr
     pr.cleanup()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's Chromium under Playwright (see :mod:`tests.support.browser`)."""
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="needs the playwright package (dev extra)"
+    )
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

@@ -20,6 +20,9 @@ from fedplat.ui.data import OUTCOME_COLORS, OUTCOMES, VERDICT_COLORS, VERDICTS
 Chart = alt.Chart | alt.LayerChart
 
 _ROUND_AXIS = alt.Axis(format="d", tickMinStep=1)
+# Streamlit's chart theme hides axis labels that come close to each other
+# (labelOverlap); on an axis of client names every row must keep its label.
+_CLIENT_AXIS = alt.Axis(labelOverlap=False, labelLimit=240, labelFontSize=11)
 
 
 def _round_x(title: str = "round") -> alt.X:
@@ -75,8 +78,12 @@ def line_chart(
     )
 
 
-def accuracy_chart(rounds: pd.DataFrame) -> alt.Chart:
-    """Global test accuracy per round (``rounds_frame`` rows with an accuracy)."""
+def accuracy_chart(rounds: pd.DataFrame, *, full_scale: bool = False) -> alt.Chart:
+    """Global test accuracy per round (``rounds_frame`` rows with an accuracy).
+
+    The axis is fitted to the data (a run moving between 76% and 80% is not a
+    flat line at the top of a 0-100% axis); ``full_scale`` shows 0-100%.
+    """
     data = rounds.dropna(subset=["accuracy"])[["round", "accuracy"]]
     return line_chart(
         data,
@@ -84,7 +91,7 @@ def accuracy_chart(rounds: pd.DataFrame) -> alt.Chart:
         title="Global accuracy",
         y_title="accuracy",
         y_format=".1%",
-        domain=(0.0, 1.0),
+        domain=(0.0, 1.0) if full_scale else None,
         color="#2e7d32",
     )
 
@@ -146,6 +153,7 @@ def flags_heatmap(parts: pd.DataFrame) -> alt.Chart:
     n_clients = max(1, parts["client"].nunique()) if not parts.empty else 1
     tooltip: list[Any] = [
         "client:N",
+        alt.Tooltip("client_id:N", title="client id"),
         "round:O",
         "verdict:N",
         "status:N",
@@ -159,7 +167,7 @@ def flags_heatmap(parts: pd.DataFrame) -> alt.Chart:
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
             x=alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0)),
-            y=alt.Y("client:N", title=None, sort="ascending"),
+            y=alt.Y("client:N", title=None, sort="ascending", axis=_CLIENT_AXIS),
             color=alt.Color(
                 "verdict:N",
                 scale=_present_scale(parts["verdict"], VERDICTS, VERDICT_COLORS),
@@ -167,8 +175,9 @@ def flags_heatmap(parts: pd.DataFrame) -> alt.Chart:
             ),
             tooltip=tooltip,
         )
-        # 22 px per client keeps rows legible however many clients there are.
-        .properties(height=max(180, min(22 * n_clients, 1400)))
+        # 20 px per client keeps every row's label legible; past 200 clients
+        # (4000 px) rows get thinner and labels crowd, but none is dropped.
+        .properties(height=max(180, min(20 * n_clients, 4000)))
     )
 
 
@@ -199,8 +208,12 @@ def contribution_bar(board: pd.DataFrame, column: str, title: str) -> alt.Chart:
             x=alt.X(
                 f"{column}:Q", title=column.replace("_", " "), axis=alt.Axis(format=fmt)
             ),
-            y=alt.Y("client:N", sort="-x", title=None),
-            tooltip=["client:N", alt.Tooltip(f"{column}:Q", format=fmt)],
+            y=alt.Y("client:N", sort="-x", title=None, axis=_CLIENT_AXIS),
+            tooltip=[
+                "client:N",
+                alt.Tooltip("client_id:N", title="client id"),
+                alt.Tooltip(f"{column}:Q", format=fmt),
+            ],
         )
         .properties(height=max(120, min(26 * len(data), 900)))
     )
@@ -217,6 +230,7 @@ def score_over_rounds(per_round: pd.DataFrame) -> alt.Chart:
             color=alt.Color("client:N", legend=alt.Legend(orient="right")),
             tooltip=[
                 "client:N",
+                alt.Tooltip("client_id:N", title="client id"),
                 alt.Tooltip("round:Q", format="d"),
                 alt.Tooltip("score:Q", format=".4g"),
                 alt.Tooltip("cumulative:Q", format=".4g"),

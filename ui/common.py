@@ -14,27 +14,25 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
-from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url, ledger
-from sqlalchemy import Engine, inspect
+from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url, ledger, status
 from sqlalchemy.engine import make_url
 
 from fedplat.store import (
     ClientRecord,
     EventRecord,
-    LedgerEntryRecord,
     MetricRecord,
     RunRecord,
     Store,
     StoreError,
-    current_revision,
     head_revision,
 )
-from fedplat.store.engine import make_engine
+from fedplat.summary import LedgerCheck, RunSummary, ledger_check, run_summary
 
 DEFAULT_REFRESH_S = 3.0
 
@@ -70,12 +68,6 @@ def database_url() -> str | None:
 def open_store(url: str) -> Store:
     """One read-only store per database for the whole server process."""
     return Store(url, migrate=False)
-
-
-@st.cache_resource(show_spinner=False)
-def open_engine(url: str) -> Engine:
-    """An engine for schema introspection (which optional tables exist)."""
-    return make_engine(url)
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -121,17 +113,17 @@ def store_or_stop() -> str:
         )
         st.stop()
     try:
-        has_runs = inspect(open_engine(url)).has_table("runs")
-    except Exception as exc:
+        at = open_store(url).schema_revision()
+    except StoreError as exc:
         st.error(f"Cannot open the store at `{display_url(url)}`: {exc}")
         st.stop()
-    if not has_runs:
+    if at is None:
         st.warning(
             f"The database at `{display_url(url)}` has no fedplat tables yet. "
             "They are created when a coordinator first starts on it."
         )
         st.stop()
-    at, want = current_revision(open_engine(url)), head_revision()
+    want = head_revision()
     if at != want:
         st.warning(
             f"The database at `{display_url(url)}` is at schema revision `{at}`; "
@@ -181,27 +173,34 @@ def load_contributions(url: str, run_id: str) -> ledger.Contributions:
     store = open_store(url)
     return ledger.contributions(
         store.list_clients(run_id),
-        _ledger_entries(url, store, run_id),
+        store.list_ledger_entries(run_id),
         store.list_metrics(run_id),
     )
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_run_view(url: str, run_id: str) -> status.RunView | None:
+    """The run's displayed state (``None`` if the run is gone)."""
+    store = open_store(url)
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    reason = data.failure_reason(run, store.list_events(run_id, limit=50))
+    return status.run_view(run, datetime.now(UTC), reason)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_clients(url: str, run_id: str) -> pd.DataFrame:
     store = open_store(url)
+    view = load_run_view(url, run_id)
     clients = store.list_clients(run_id)
+    if view is None:
+        return pd.DataFrame(columns=data.CLIENT_COLUMNS)
     parts = data.participations_frame(
         store.list_participations(run_id), clients, store.list_contributions(run_id)
     )
     board = load_contributions(url, run_id).board
-    return data.clients_frame(clients, parts, board)
-
-
-def _ledger_entries(url: str, store: Store, run_id: str) -> list[LedgerEntryRecord]:
-    # A database migrated before the ledger existed has no table to read.
-    if ledger.missing_ledger_tables(open_engine(url)):
-        return []
-    return store.list_ledger_entries(run_id)
+    return data.clients_frame(clients, parts, board, run=view)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -228,11 +227,19 @@ def load_gossip_events(url: str, run_id: str) -> list[EventRecord]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def load_ledger(url: str, run_id: str) -> tuple[ledger.LedgerCheck, pd.DataFrame]:
+def load_ledger(url: str, run_id: str) -> tuple[LedgerCheck, pd.DataFrame]:
     """The ledger's verification and its entries (empty if there is none)."""
     store = open_store(url)
-    check = ledger.verify_ledger(store, open_engine(url), run_id)
-    return check, ledger.ledger_frame(_ledger_entries(url, store, run_id), check)
+    check = ledger_check(store, run_id)
+    entries = store.list_ledger_entries(run_id)
+    return check, ledger.ledger_frame(entries, check, store.list_clients(run_id))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_summary(url: str, run_id: str) -> RunSummary:
+    """The end-of-run summary (the data ``fedplat coordinator`` prints)."""
+    check, _ = load_ledger(url, run_id)
+    return run_summary(open_store(url), run_id, ledger=check)
 
 
 # --------------------------------------------------------------------------- #
@@ -268,7 +275,8 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
     """A run picker in the sidebar; the choice survives page switches and is
     mirrored in the ``?run=`` query parameter so a page can be linked to.
 
-    ``runs`` must be non-empty (callers show their empty state first).
+    ``runs`` (``data.runs_frame`` rows, already narrowed to the page's kind of
+    run) must be non-empty (callers show their empty state first).
     """
     ids = list(runs["run_id"])
     by_id = runs.set_index("run_id")
@@ -277,7 +285,7 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
 
     def _label(run_id: str) -> str:
         row = by_id.loc[run_id]
-        return f"{row['name']} · {row['status']} · {row['progress']}"
+        return f"{row['name']} · {row['state_label']} · {row['progress']}"
 
     choice = st.sidebar.selectbox(label, ids, index=index, format_func=_label)
     run_id = str(choice)
@@ -285,6 +293,31 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
     if st.query_params.get("run") != run_id:
         st.query_params["run"] = run_id
     return run_id
+
+
+def federated_runs(url: str) -> pd.DataFrame | None:
+    """The store's coordinator runs (gossip runs have a page of their own), or
+    ``None`` after showing why there are none (or why the store failed)."""
+    try:
+        runs = load_runs(url)
+    except StoreError as exc:
+        fail_softly(exc)
+        return None
+    if runs.empty:
+        st.info(
+            "No runs in this database yet. Start one with "
+            "`fedplat coordinator --config run.yaml`; it appears here as soon as "
+            "the coordinator registers it."
+        )
+        return None
+    federated = runs[runs["mode"] != "gossip"]
+    if federated.empty:
+        st.info("This database holds only gossip runs; they are on the Gossip page.")
+        st.page_link(
+            "views/gossip.py", label="Open the Gossip page", icon=":material/share:"
+        )
+        return None
+    return federated
 
 
 # Left to size a chart itself, Streamlit fits it into less than the spec's height
@@ -302,16 +335,9 @@ def show(chart: alt.Chart | alt.LayerChart | alt.ConcatChart) -> None:
         st.altair_chart(chart)
 
 
-def status_badge(status: str) -> str:
-    """Markdown badge for a run/round status."""
-    color = {
-        "running": "blue",
-        "completed": "green",
-        "failed": "red",
-        "pending": "gray",
-        "open": "blue",
-    }.get(status, "gray")
-    return f":{color}-badge[{status}]"
+def run_badge(view: status.RunView) -> str:
+    """Markdown badge of a run's displayed state ("waiting for clients: 3/8")."""
+    return status.badge(view.state, view.label)
 
 
 def fail_softly(exc: StoreError) -> None:
@@ -325,6 +351,7 @@ __all__ = [
     "database_url",
     "display_url",
     "fail_softly",
+    "federated_runs",
     "live",
     "load_client_records",
     "load_clients",
@@ -336,13 +363,14 @@ __all__ = [
     "load_participations",
     "load_rounds",
     "load_run",
+    "load_run_view",
     "load_runs",
-    "open_engine",
+    "load_summary",
     "open_store",
     "pick_run",
     "refresh_every",
+    "run_badge",
     "show",
     "sidebar_settings",
-    "status_badge",
     "store_or_stop",
 ]

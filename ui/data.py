@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
+from fedplat.ui import status
 
 from fedplat.store import (
     ClientRecord,
@@ -29,16 +30,19 @@ from fedplat.store import (
     RoundRecord,
     RunRecord,
     Store,
-    Verdict,
+)
+from fedplat.summary import (
+    EPSILON_UNBOUNDED,
+    METRIC_EPSILON,
+    OUTCOME_OF_STATUS,
+    flag_labels,
+    format_bytes,
+    verdict,
 )
 
 # Metric names written by other components (see their modules); the monitor only
-# reads them, so they are spelled out once here.
-METRIC_EPSILON = "privacy.epsilon"
+# reads them, so they are spelled out once here (privacy's in fedplat.summary).
 METRIC_COMPRESSION = "compression.ratio"
-#: The store rejects infinities, so privacy accounting records an unbounded ε as
-#: 1e308; anything this large is shown as "unbounded" rather than plotted.
-EPSILON_UNBOUNDED = 1e300
 METRIC_SCORE = "contribution.score"
 METRIC_REWARD = "contribution.reward_share"
 
@@ -46,19 +50,6 @@ METRIC_REWARD = "contribution.reward_share"
 # Participation outcomes and aggregator verdicts                               #
 # --------------------------------------------------------------------------- #
 
-#: What happened to a selected client in a round, from its participation status.
-#: Participations are written when the round closes, so a client still
-#: ``selected`` or ``downloaded`` then never delivered an update; like ``late``
-#: and ``dropped`` it is a straggler: the round went on without it.
-OUTCOME_OF_STATUS: dict[str, str] = {
-    "succeeded": "succeeded",
-    "rejected": "rejected",
-    "late": "straggler",
-    "dropped": "straggler",
-    "failed": "failed",
-    "selected": "straggler",
-    "downloaded": "straggler",
-}
 OUTCOMES = ("succeeded", "straggler", "rejected", "failed")
 # Same colour for the same meaning in every chart: rejected is purple here and in
 # the verdict heat map, where red means "excluded by the aggregator".
@@ -87,44 +78,6 @@ VERDICT_COLORS = (
 )
 
 
-def verdict(
-    status: str, v: Verdict, contribution: ContributionRecord | None = None
-) -> str:
-    """The heat map's label for one participation.
-
-    A succeeded update carries the aggregator's typed verdict (``selected``,
-    ``score``, ``flags``) and, when contribution accounting ran, a contribution
-    row (``suspect``, ``flags``); an update without a verdict was received but
-    never aggregated (its round failed). Other statuses say why there was no
-    update to judge. "suspect" (free-riding or an outlier score)
-    outranks the aggregator's verdicts, which robust rules also give honest
-    clients with unusual data.
-    """
-    if status != "succeeded":
-        return OUTCOME_OF_STATUS.get(status, status)
-    if v.selected is None:
-        return "not aggregated"
-    if contribution is not None and contribution.suspect:
-        return "suspect"
-    if v.selected is False:
-        return "excluded"
-    if v.flags:
-        return "flagged"
-    return "accepted"
-
-
-def flag_labels(
-    v: Verdict, contribution: ContributionRecord | None = None
-) -> list[str]:
-    """The aggregator's flags plus contribution accounting's own (its ``agg:*``
-    labels repeat the aggregator's and are left out)."""
-    labels = [str(x) for x in v.flags]
-    for x in contribution.flags if contribution is not None else ():
-        if not str(x).startswith("agg:") and str(x) not in labels:
-            labels.append(str(x))
-    return labels
-
-
 # --------------------------------------------------------------------------- #
 # Small helpers                                                                #
 # --------------------------------------------------------------------------- #
@@ -146,28 +99,11 @@ def run_mode(run: RunRecord) -> str:
     return mode if isinstance(mode, str) and mode else "federated"
 
 
-def format_bytes(n: float | None) -> str:
-    """``1536`` -> ``"1.5 KiB"``; ``None`` -> ``"-"``."""
-    if n is None or not math.isfinite(n):
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover - loop always returns
-
-
 def format_duration(seconds: float | None) -> str:
     """``3725`` -> ``"1h 2m"``; ``None`` -> ``"-"``."""
     if seconds is None or not math.isfinite(seconds):
         return "-"
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    return f"{s // 3600}h {(s % 3600) // 60}m"
+    return status.span(seconds)
 
 
 # --------------------------------------------------------------------------- #
@@ -178,6 +114,9 @@ RUN_COLUMNS = [
     "run_id",
     "name",
     "status",
+    "state",
+    "state_label",
+    "detail",
     "mode",
     "progress",
     "current_round",
@@ -189,17 +128,21 @@ RUN_COLUMNS = [
     "started_at",
     "finished_at",
     "duration",
+    "heartbeat_at",
     "last_activity",
 ]
 
 
-def runs_frame(store: Store) -> pd.DataFrame:
+def runs_frame(store: Store, now: datetime | None = None) -> pd.DataFrame:
     """One row per run, newest first (see ``RUN_COLUMNS``).
 
-    ``participants`` is "succeeded/selected" in the latest closed round (an open
-    round's updates are recorded when it closes), ``last_activity`` the time of
-    the newest event.
+    ``status`` is what the store says, ``state``/``state_label``/``detail`` what
+    the monitor shows (:func:`fedplat.ui.status.run_view`: a running run whose
+    coordinator died is "interrupted"). ``participants`` is "succeeded/selected"
+    in the latest closed round (an open round's updates are recorded when it
+    closes), ``last_activity`` the time of the newest event.
     """
+    now = now or _now()
     rows = []
     for run in store.list_runs():
         closed = [r for r in store.list_rounds(run.id) if r.status != "open"]
@@ -210,11 +153,15 @@ def runs_frame(store: Store) -> pd.DataFrame:
             ok = sum(p.status == "succeeded" for p in parts)
             participants = f"{ok}/{last.num_selected}"
         events = store.list_events(run.id, limit=1)
+        view = status.run_view(run, now)
         rows.append(
             {
                 "run_id": run.id,
                 "name": run.name,
                 "status": run.status,
+                "state": view.state,
+                "state_label": view.label,
+                "detail": view.detail,
                 "mode": run_mode(run),
                 "progress": f"{run.current_round}/{run.total_rounds}",
                 "current_round": run.current_round,
@@ -226,6 +173,7 @@ def runs_frame(store: Store) -> pd.DataFrame:
                 "started_at": run.started_at,
                 "finished_at": run.finished_at,
                 "duration": format_duration(_seconds(run.started_at, run.finished_at)),
+                "heartbeat_at": run.heartbeat_at,
                 "last_activity": events[0].created_at if events else None,
             }
         )
@@ -419,8 +367,10 @@ def latest_per_client(metrics: Iterable[MetricRecord], name: str) -> dict[str, f
 CLIENT_COLUMNS = [
     "client_id",
     "name",
+    "state",
     "status",
     "last_seen",
+    "seen",
     "enrolled_at",
     "num_examples",
     "rounds_selected",
@@ -440,10 +390,16 @@ def clients_frame(
     clients: Sequence[ClientRecord],
     parts: pd.DataFrame,
     board: pd.DataFrame | None = None,
+    *,
+    run: status.RunView,
+    now: datetime | None = None,
 ) -> pd.DataFrame:
     """One row per enrolled client with its history summed over the run.
 
-    ``rounds_joined`` counts succeeded updates; ``flagged_rounds`` rounds where
+    ``state`` is the client's displayed state in the run ``run``
+    (:func:`fedplat.ui.status.client_state`), ``status`` the stored one, ``seen``
+    how long ago it was last heard from. ``rounds_joined`` counts succeeded
+    updates; ``flagged_rounds`` rounds where
     the aggregator excluded or flagged the update (or contribution accounting
     marked it suspect); ``contribution_score`` and ``reward_share`` come from
     the :func:`contributions` leaderboard ``board`` (empty without one).
@@ -456,6 +412,7 @@ def clients_frame(
                 scores[str(row.client_id)] = float(row.cumulative_score)
             if pd.notna(row.reward_share):
                 shares[str(row.client_id)] = float(row.reward_share)
+    now = now or _now()
     rows = []
     for c in clients:
         mine = parts[parts["client_id"] == c.id] if not parts.empty else parts
@@ -466,8 +423,10 @@ def clients_frame(
             {
                 "client_id": c.id,
                 "name": c.name,
+                "state": status.client_state(c, run),
                 "status": c.status,
                 "last_seen": c.last_seen,
+                "seen": status.ago(c.last_seen, now),
                 "enrolled_at": c.enrolled_at,
                 "num_examples": c.num_examples,
                 "rounds_selected": len(mine),
@@ -489,9 +448,10 @@ def clients_frame(
 
 @dataclass(frozen=True)
 class ClientFilter:
-    """The clients page's filters; empty fields filter nothing."""
+    """The clients page's filters; empty fields filter nothing (``states``:
+    displayed states, :data:`fedplat.ui.status.CLIENT_STATES`)."""
 
-    statuses: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
     name_contains: str = ""
     min_rounds_joined: int = 0
     flagged_only: bool = False
@@ -500,8 +460,8 @@ class ClientFilter:
 def filter_clients(frame: pd.DataFrame, f: ClientFilter) -> pd.DataFrame:
     """Rows of ``clients_frame`` that pass every filter."""
     keep = pd.Series(True, index=frame.index)
-    if f.statuses:
-        keep &= frame["status"].isin(f.statuses)
+    if f.states:
+        keep &= frame["state"].isin(f.states)
     if f.name_contains.strip():
         needle = f.name_contains.strip().lower()
         keep &= frame["name"].str.lower().str.contains(needle, regex=False) | frame[
@@ -519,8 +479,15 @@ def filter_clients(frame: pd.DataFrame, f: ClientFilter) -> pd.DataFrame:
 # --------------------------------------------------------------------------- #
 
 
-def events_frame(events: Sequence[EventRecord]) -> pd.DataFrame:
-    """Events as shown in the run page's log (newest first, as listed)."""
+EVENT_COLUMNS = ["time", "level", "kind", "round", "client", "message", "client_id"]
+
+
+def events_frame(
+    events: Sequence[EventRecord], clients: Sequence[ClientRecord] = ()
+) -> pd.DataFrame:
+    """Events as shown in the run page's log (newest first, as listed), with the
+    client's name beside its id."""
+    names = {c.id: c.name for c in clients}
     return pd.DataFrame(
         [
             {
@@ -528,19 +495,23 @@ def events_frame(events: Sequence[EventRecord]) -> pd.DataFrame:
                 "level": e.level,
                 "kind": e.kind,
                 "round": e.round_number,
-                "client_id": e.client_id,
+                "client": names.get(e.client_id, e.client_id) if e.client_id else None,
                 "message": e.message,
+                "client_id": e.client_id,
             }
             for e in events
         ],
-        columns=["time", "level", "kind", "round", "client_id", "message"],
+        columns=EVENT_COLUMNS,
     )
 
 
 def failure_reason(run: RunRecord, events: Sequence[EventRecord]) -> str | None:
-    """Why a failed run failed, from its newest error event (``None`` if none)."""
+    """Why a failed run failed: the stored reason, else its newest error event
+    (stores written before runs kept a reason); ``None`` unless it failed."""
     if run.status != "failed":
         return None
+    if run.reason:
+        return run.reason
     for e in events:  # newest first
         if e.level == "error":
             return e.message
@@ -553,6 +524,7 @@ def failure_reason(run: RunRecord, events: Sequence[EventRecord]) -> str | None:
 __all__ = [
     "CLIENT_COLUMNS",
     "EPSILON_UNBOUNDED",
+    "EVENT_COLUMNS",
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
     "METRIC_REWARD",

@@ -1,9 +1,9 @@
 """Contribution accounting as the monitor shows it: leaderboard, reward shares and
 the ledger's verification.
 
-Read-only and free of Streamlit, like :mod:`fedplat.ui.data`. The ledger tables
-arrive with store migration 0002; a database last migrated before that lacks them,
-and every function here treats that as "nothing recorded" instead of failing.
+Read-only and free of Streamlit, like :mod:`fedplat.ui.data`. The ledger's
+verification itself is :func:`fedplat.summary.ledger_check`, shared with the
+end-of-run summary.
 """
 
 from __future__ import annotations
@@ -12,18 +12,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 from fedplat.ui.data import METRIC_REWARD, METRIC_SCORE, latest_per_client
-from sqlalchemy import Engine, inspect
 
-from fedplat.store import (
-    ClientRecord,
-    LedgerEntryRecord,
-    MetricRecord,
-    Store,
-)
+from fedplat.store import ClientRecord, LedgerEntryRecord, MetricRecord
+from fedplat.summary import LedgerCheck
 
 BOARD_COLUMNS = [
     "rank",
@@ -182,116 +177,15 @@ def contributions(
     )
 
 
-# Tables of store migration 0002 (contribution ledger). A database the
-# coordinator last migrated to 0001 lacks them; the read-only monitor never
-# migrates, so it checks for them instead of letting a query fail.
-LEDGER_TABLES = ("ledger_entries", "ledger_heads")
-
-
-def missing_ledger_tables(engine: Engine) -> list[str]:
-    """Ledger tables absent from the database (empty when the ledger exists)."""
-    present = set(inspect(engine).get_table_names())
-    return [t for t in LEDGER_TABLES if t not in present]
-
-
-LedgerState = Literal["verified", "broken", "empty", "missing", "error"]
-
-
-@dataclass(frozen=True)
-class LedgerProblemRow:
-    """One problem the verifier found, tied to an entry (``seq``) when it can be."""
-
-    kind: str
-    message: str
-    seq: int | None
-
-
-@dataclass(frozen=True)
-class LedgerCheck:
-    """Outcome of verifying a run's ledger, for the green/red badge."""
-
-    state: LedgerState
-    message: str
-    entries: int = 0
-    signed: bool = False
-    key_id: str | None = None
-    problems: tuple[LedgerProblemRow, ...] = ()
-
-    @property
-    def first_bad_seq(self) -> int | None:
-        """The lowest entry ``seq`` named by a problem (``None`` if none is)."""
-        seqs = [p.seq for p in self.problems if p.seq is not None]
-        return min(seqs) if seqs else None
-
-
-def verify_ledger(store: Store, engine: Engine, run_id: str) -> LedgerCheck:
-    """Verify the run's hash chain and head signature.
-
-    The hashing and signature scheme belong to :mod:`fedplat.contribution.ledger`;
-    the monitor calls its verifier rather than re-implementing it, which could
-    paint a sound ledger red or a forged one green. Its policy applies too: an
-    unsigned ledger is reported as a problem, as ``fedplat ledger verify`` does.
-    """
-    missing = missing_ledger_tables(engine)
-    if missing:
-        return LedgerCheck(
-            "missing",
-            f"This database has no contribution ledger (tables {missing} are "
-            "absent): they come with store migration 0002, which the coordinator "
-            "applies when it starts; this database was last migrated by an older "
-            "version.",
-        )
-    entries = store.list_ledger_entries(run_id)
-    head = store.get_ledger_head(run_id)
-    if not entries and head is None:
-        return LedgerCheck(
-            "empty",
-            "No ledger entries for this run: contribution accounting did not "
-            "record any (it may be disabled for this run).",
-        )
-    # Imported here, not at the top: fedplat.contribution's package imports torch
-    # (~4 s, ~300 MB), which the monitor needs only once a ledger is on screen.
-    from fedplat.contribution.ledger import verify_run_ledger
-
-    try:
-        report = verify_run_ledger(store, run_id)
-    except Exception as exc:  # a verifier crash must not take the page down
-        return LedgerCheck(
-            "error",
-            f"Verification raised {type(exc).__name__}: {exc}",
-            entries=len(entries),
-        )
-    problems = tuple(
-        LedgerProblemRow(p.kind, p.message, p.seq) for p in report.problems
-    )
-    if report.ok:
-        how = (
-            f"signed, key {(report.key_id or '?')[:16]}"
-            if report.signed
-            else "unsigned"
-        )
-        return LedgerCheck(
-            "verified",
-            f"{report.entries} entries, chain intact ({how})",
-            entries=report.entries,
-            signed=report.signed,
-            key_id=report.key_id,
-        )
-    return LedgerCheck(
-        "broken",
-        f"{len(problems)} problem(s) in {report.entries} entries",
-        entries=report.entries,
-        signed=report.signed,
-        key_id=report.key_id,
-        problems=problems,
-    )
-
-
 def ledger_frame(
-    entries: Sequence[LedgerEntryRecord], check: LedgerCheck | None = None
+    entries: Sequence[LedgerEntryRecord],
+    check: LedgerCheck | None = None,
+    clients: Sequence[ClientRecord] = (),
 ) -> pd.DataFrame:
     """The run's ledger entries in chain order, their content decoded, with the
-    verifier's problems (if any) on the entries they concern."""
+    verifier's problems (if any) on the entries they concern (the verifier is
+    :func:`fedplat.summary.ledger_check`)."""
+    names = {c.id: c.name for c in clients}
     by_seq: dict[int, list[str]] = {}
     for p in check.problems if check is not None else ():
         if p.seq is not None:
@@ -309,6 +203,7 @@ def ledger_frame(
             {
                 "seq": e.seq,
                 "round": e.round_number,
+                "client": names.get(e.client_id, e.client_id),
                 "client_id": e.client_id,
                 "scores": ", ".join(
                     f"{k}={v:.4g}" if isinstance(v, int | float) else f"{k}={v}"
@@ -328,6 +223,7 @@ def ledger_frame(
         columns=[
             "seq",
             "round",
+            "client",
             "client_id",
             "scores",
             "flags",
@@ -341,13 +237,8 @@ def ledger_frame(
 
 __all__ = [
     "BOARD_COLUMNS",
-    "LEDGER_TABLES",
     "PER_ROUND_COLUMNS",
     "Contributions",
-    "LedgerCheck",
-    "LedgerProblemRow",
     "contributions",
     "ledger_frame",
-    "missing_ledger_tables",
-    "verify_ledger",
 ]

@@ -57,6 +57,10 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         str(args.port),
         "--browser.gatherUsageStats",
         "false",
+        # A monitor is for watching runs: no Deploy button or developer menu,
+        # whichever address the browser comes from.
+        "--client.toolbarMode",
+        "viewer",
     ]
     proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
 

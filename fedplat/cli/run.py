@@ -38,9 +38,32 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         overrides["store"] = {"url": args.db}
     cfg = load_config(args.config, overrides=overrides)
     try:
-        return serve(cfg)
+        code = serve(cfg)
     except (StoreError, CheckpointError, OSError) as exc:
         raise CliError(str(exc)) from None
+    print_summary(cfg.store.url, cfg.run.name)
+    return code
+
+
+def print_summary(db: str, run_name: str) -> None:
+    """What the run came to, and the command that exports its model (stdout)."""
+    from fedplat.store import Store, StoreError
+    from fedplat.summary import export_command, run_summary, summary_lines
+    from fedplat.ui import display_url
+
+    try:
+        with Store(db, migrate=False) as store:
+            run = store.get_run_by_name(run_name)
+            if run is None:
+                return
+            summary = run_summary(store, run.id)
+    except StoreError as exc:  # the run itself is over; say why there is no summary
+        log.warning("no end-of-run summary: %s", exc)
+        return
+    print("\n".join(summary_lines(summary)), flush=True)
+    command = export_command(summary, display_url(db))
+    if command is not None:
+        print(f"export the final model with:\n  {command}", flush=True)
 
 
 def cmd_client(args: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@ is exported and, in plain torch without fedplat, reproduces the reported metric.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -99,29 +101,26 @@ def test_tabular_example_end_to_end(tmp_path: Path, procs: Procs) -> None:
     assert last.number == 4 and last.accuracy == reported["accuracy"]
     assert 0.8 < reported["accuracy"] <= 1.0 and 0.0 < reported["sensitivity"] <= 1.0
 
+    # The coordinator ends with a summary and the command that exports the model;
+    # that command, as printed, writes the file.
+    log = procs.log("coordinator")
+    assert "run 'tabular' completed: 4/4 rounds" in log
+    assert f"accuracy: final {reported['accuracy']:.2%} (round 4)" in log
+    assert f"model: {last.checkpoint_path} (round 4)" in log
+    printed = log.split("export the final model with:\n", 1)[1].splitlines()[0]
+    command = shlex.split(printed)
+    assert command[:2] == ["fedplat", "export"]
     out = tmp_path / "tabular.safetensors"
     export = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fedplat.cli",
-            "export",
-            "--db",
-            cfg["store"]["url"],
-            "--run",
-            "tabular",
-            "--format",
-            "safetensors",
-            "--out",
-            str(out),
-        ],
-        cwd=REPO,
+        [sys.executable, "-m", "fedplat.cli", *command[1:]],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert export.returncode == 0, export.stderr
-    assert "round 4" in export.stdout
+    assert "round 4" in export.stdout and out.is_file()
 
     # Plain torch and the app's own module; any fedplat import would fail here.
     printed = run_without_fedplat(

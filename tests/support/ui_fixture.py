@@ -4,17 +4,20 @@ It holds one run in every state the pages must handle: completed (with
 stragglers, a rejected update, aggregator verdicts, epsilon, compression,
 contribution rows and a signed contribution ledger with a suspect client),
 running with an open round (its first round's contribution scores as plain
-metrics, no ledger), failed, pending with nothing yet, and a gossip run with node
-loss, a cut link and a heal. Rounds are written as the coordinator writes them:
-opened, then closed once with everything they record. Other UI tests import
-:func:`build_fixture_db`; the test beside it checks the fixture says what they
-assume and holds every store invariant.
+metrics, no ledger), waiting for clients after one of them was lost, interrupted
+(its coordinator's heartbeat stopped mid-round), failed, pending with nothing
+yet, and a gossip run with node loss, a cut link and a heal. Rounds are written
+as the coordinator writes them: opened, then closed once with everything they
+record. Other UI tests import :func:`build_fixture_db`, and call
+:func:`keep_alive` before looking at it: the live runs' heartbeats and clients'
+last contact are stamped relative to now. The test beside it checks the fixture
+says what they assume and holds every store invariant.
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,8 @@ from fedplat.store import (
 from tests.support.store import deadline, play_round
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
+WAITING_CLIENTS = ["w0", "w1", "w2"]
+INTERRUPTED_CLIENTS = ["x0", "x1"]
 ACCURACY = [0.52, 0.71, 0.83]
 GOSSIP_NODES = [0, 1, 2, 3, 4, 5]
 GOSSIP_EDGES = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 0], [0, 3]]
@@ -255,6 +260,80 @@ def _failed_run(store: Store) -> str:
     return run_id
 
 
+def _waiting_run(store: Store) -> str:
+    """Round 1 done with w0..w2; then w2's device died and the coordinator
+    waits for 3 live clients (``wait_for_clients_seconds`` unset: for ever)."""
+    run = store.create_run(
+        "digits-waiting",
+        _config(
+            "digits-waiting",
+            selection={"min_available": 3, "quorum": 2},
+            deadlines={"liveness_seconds": 30},
+        ),
+        {},
+        total_rounds=5,
+    )
+    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
+    _enroll(store, run.id, WAITING_CLIENTS)
+    play_round(
+        store,
+        run.id,
+        1,
+        tuple(
+            ParticipationRow(
+                cid, "succeeded", verdict=Verdict(weight=1 / 3, selected=True)
+            )
+            for cid in WAITING_CLIENTS
+        ),
+        accuracy=0.35,
+        **_checkpoint("digits-waiting", 1),
+    )
+    return run.id
+
+
+def _interrupted_run(store: Store) -> str:
+    """Round 2 open when the coordinator's heartbeat stopped 10 minutes ago; x1
+    had been silent for 5 minutes by then (lost), x0 answered just before."""
+    run_id = _started_run(store, "digits-crashed", INTERRUPTED_CLIENTS, 4)
+    play_round(
+        store,
+        run_id,
+        1,
+        tuple(_ok_row(cid) for cid in INTERRUPTED_CLIENTS),
+        accuracy=0.5,
+        **_checkpoint("digits-crashed", 1),
+    )
+    store.open_round(run_id, 2, num_selected=2, deadline_at=deadline(), model_version=1)
+    died = datetime.now(UTC) - timedelta(minutes=10)
+    store.heartbeat(run_id, phase="training", live_clients=1, when=died)
+    store.touch_clients(run_id, ["x0"], when=died - timedelta(seconds=3))
+    store.touch_clients(run_id, ["x1"], when=died - timedelta(minutes=5))
+    return run_id
+
+
+def _ok_row(cid: str) -> ParticipationRow:
+    return ParticipationRow(
+        cid, "succeeded", verdict=Verdict(weight=0.5, selected=True)
+    )
+
+
+def keep_alive(path: Path, ids: dict[str, str]) -> None:
+    """Stamp the live runs as a running coordinator would right now: digits-live
+    trains with its 3 clients active; digits-waiting waits with w0, w1 live and
+    w2 silent for 10 minutes."""
+    now = datetime.now(UTC)
+    with Store(str(path), migrate=False) as store:
+        live = ids["digits-live"]
+        store.heartbeat(live, phase="training", live_clients=3)
+        store.touch_clients(live, CLIENTS[:3], when=now)
+        waiting = ids["digits-waiting"]
+        store.heartbeat(waiting, phase="waiting_for_clients", live_clients=2)
+        store.touch_clients(waiting, WAITING_CLIENTS[:2], when=now)
+        store.touch_clients(
+            waiting, WAITING_CLIENTS[2:], when=now - timedelta(minutes=10)
+        )
+
+
 def _pending_run(store: Store) -> str:
     return store.create_run(
         "digits-pending", _config("digits-pending"), {}, total_rounds=10
@@ -323,6 +402,8 @@ def build_fixture_db(path: Path) -> dict[str, str]:
     with Store(str(path)) as store:
         ids["digits-done"] = _completed_run(store)
         ids["digits-live"] = _running_run(store)
+        ids["digits-waiting"] = _waiting_run(store)
+        ids["digits-crashed"] = _interrupted_run(store)
         ids["digits-failed"] = _failed_run(store)
         ids["digits-pending"] = _pending_run(store)
         ids["gossip-ring"] = _gossip_run(store)

@@ -14,10 +14,6 @@ ones) or the test's temporary folder.
 
 from __future__ import annotations
 
-import os
-import shutil
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +24,20 @@ from fedplat.transport.health import wait_healthy
 from tests.support import (
     REPO,
     Procs,
-    free_port,
     issue_tokens,
     run_config,
     wait_for,
     write_config,
 )
+from tests.support.browser import (
+    NEEDS_CHROMIUM,
+    grid,
+    metric,
+    no_exception,
+    screenshots_dir,
+    start_monitor,
+)
 
-CHROMIUM = shutil.which("chromium")
 ROUNDS = 3
 CLIENTS = 3
 SCENARIO = REPO / "examples" / "scenarios" / "ring_kill.toml"
@@ -43,61 +45,17 @@ SCENARIO = REPO / "examples" / "scenarios" / "ring_kill.toml"
 pytestmark = [
     pytest.mark.integration,  # a real browser and real processes
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="needs Debian's chromium for the browser test "
-        "(apt-get install chromium; `make setup` installs it)",
-    ),
+    NEEDS_CHROMIUM,
 ]
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs the playwright package (dev extra)"
 )
 
-# From ENVIRONMENT.md: Debian's Chromium, headless, as root in a container.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
-def _metric(page: Any, label: str) -> Any:
-    return page.locator('[data-testid="stMetric"]').filter(has_text=label)
-
-
-def _no_exception(page: Any) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0, page.content()
-    assert page.get_by_text("Page not found").count() == 0, page.url
-
 
 def test_monitor_follows_a_live_run_in_chromium(
     tmp_path: Path, procs: Procs, browser: Any
 ) -> None:
-    shots = Path(os.environ.get("FEDPLAT_SCREENSHOTS_DIR") or tmp_path / "shots")
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = screenshots_dir(tmp_path)
     # Compression, central DP and contribution accounting on, so every panel of
     # the run and contributions pages has real data to draw.
     cfg = run_config(
@@ -138,29 +96,13 @@ def test_monitor_follows_a_live_run_in_chromium(
             "1",
         ],
     )
-    port = free_port()
-    procs.start(
-        "monitor",
-        [
-            "-m",
-            "fedplat.cli",
-            "monitor",
-            "--db",
-            db,
-            "--port",
-            str(port),
-            "--refresh",
-            "1",
-        ],
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _healthy(f"{base}/_stcore/health"), 60, "the monitor", procs=procs)
+    base = start_monitor(procs, db)
     store = Store(db, migrate=False)
     run = wait_for(lambda: store.get_run_by_name("browser-e2e"), 60, "the run")
 
     page = browser.new_page(viewport={"width": 1500, "height": 2300})
     page.goto(f"{base}/run?run={run.id}")
-    current = _metric(page, "Current round")
+    current = metric(page, "Current round")
     current.wait_for(timeout=60_000)
     assert f"0 / {ROUNDS}" in current.inner_text()  # no client yet
 
@@ -177,7 +119,7 @@ def test_monitor_follows_a_live_run_in_chromium(
     accuracy.locator("svg.marks path").first.wait_for(timeout=60_000)
     points = accuracy.locator("g.mark-symbol path")
     sync_api.expect(points).to_have_count(ROUNDS, timeout=30_000)
-    sync_api.expect(_metric(page, "Current round")).to_contain_text(
+    sync_api.expect(metric(page, "Current round")).to_contain_text(
         f"{ROUNDS} / {ROUNDS}"
     )
     sync_api.expect(
@@ -188,17 +130,16 @@ def test_monitor_follows_a_live_run_in_chromium(
     for title in ("Compression ratio", "Privacy spent (ε) per round"):
         chart = page.locator('[data-testid="stVegaLiteChart"]').filter(has_text=title)
         sync_api.expect(chart.locator("g.mark-symbol path")).to_have_count(ROUNDS)
-    _no_exception(page)
+    no_exception(page)
     page.screenshot(path=str(shots / "run.png"), full_page=True)
 
     page.goto(f"{base}/clients?run={run.id}")
-    # The grid is drawn on a canvas; its accessible table (hidden) holds the text.
-    grid = page.locator('[data-testid="stDataFrame"] [role="grid"]').first
-    grid.wait_for(state="attached", timeout=60_000)
+    clients = grid(page)
+    clients.wait_for(state="attached", timeout=60_000)
     for i in range(CLIENTS):
-        sync_api.expect(grid).to_contain_text(f"client-{i}", timeout=30_000)
-    sync_api.expect(_metric(page, "Enrolled")).to_contain_text(str(CLIENTS))
-    _no_exception(page)
+        sync_api.expect(clients).to_contain_text(f"client-{i}", timeout=30_000)
+    sync_api.expect(metric(page, "Enrolled")).to_contain_text(str(CLIENTS))
+    no_exception(page)
     page.screenshot(path=str(shots / "clients.png"), full_page=True)
 
     page.goto(f"{base}/contributions?run={run.id}")
@@ -210,7 +151,7 @@ def test_monitor_follows_a_live_run_in_chromium(
     sync_api.expect(grids).to_have_count(2, timeout=60_000)  # leaderboard, ledger
     for i in range(CLIENTS):
         sync_api.expect(grids.first).to_contain_text(f"client-{i}", timeout=30_000)
-    _no_exception(page)
+    no_exception(page)
     page.screenshot(path=str(shots / "contributions.png"), full_page=True)
 
     wait_for(lambda: gossip.poll() is not None, 240, "the gossip run", procs=procs)
@@ -223,16 +164,16 @@ def test_monitor_follows_a_live_run_in_chromium(
     )
     topology.locator("svg.marks path").first.wait_for(timeout=60_000)
     # ring_kill: nodes 2 and 5 die after round 4, node 2 rejoins after round 10.
-    sync_api.expect(_metric(page, "Live nodes")).to_contain_text("7 / 8")
-    _no_exception(page)
+    sync_api.expect(metric(page, "Live nodes")).to_contain_text("7 / 8")
+    no_exception(page)
     page.screenshot(path=str(shots / "gossip.png"), full_page=True)
 
     page.goto(f"{base}/")  # the default page: Runs
-    runs = page.locator('[data-testid="stDataFrame"] [role="grid"]').first
+    runs = grid(page)
     runs.wait_for(state="attached", timeout=60_000)
     sync_api.expect(runs).to_contain_text("browser-e2e", timeout=30_000)
     sync_api.expect(runs).to_contain_text("ring-kill")
-    _no_exception(page)
+    no_exception(page)
     page.screenshot(path=str(shots / "runs.png"), full_page=True)
 
     wait_for(lambda: coord.poll() is not None, 120, "the run to end", procs=procs)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from fedplat.ui import charts, data, display_url, graph, ledger
+from fedplat.ui import charts, data, display_url, graph, ledger, status
 
 from fedplat.cli import build_parser
 from fedplat.store import (
@@ -22,8 +22,8 @@ from fedplat.store import (
     Store,
     Verdict,
 )
-from fedplat.store.engine import make_engine
-from tests.support.ui_fixture import build_fixture_db
+from fedplat.summary import LedgerCheck, LedgerProblemRow, ledger_check
+from tests.support.ui_fixture import build_fixture_db, keep_alive
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -108,7 +108,7 @@ def test_filter_clients() -> None:
         {
             "client_id": ["a1", "b2", "c3"],
             "name": ["alpha", "Beta", "gamma"],
-            "status": ["active", "idle", "banned"],
+            "state": ["active", "idle", "lost"],
             "rounds_joined": [5, 2, 0],
             "flagged_rounds": [0, 1, 3],
         }
@@ -118,7 +118,7 @@ def test_filter_clients() -> None:
         return list(data.filter_clients(frame, f)["client_id"])
 
     assert ids(data.ClientFilter()) == ["a1", "b2", "c3"]
-    assert ids(data.ClientFilter(statuses=("idle", "banned"))) == ["b2", "c3"]
+    assert ids(data.ClientFilter(states=("idle", "lost"))) == ["b2", "c3"]
     assert ids(data.ClientFilter(name_contains=" beta ")) == ["b2"]
     assert ids(data.ClientFilter(name_contains="3")) == ["c3"]
     assert ids(data.ClientFilter(min_rounds_joined=2)) == ["a1", "b2"]
@@ -151,6 +151,55 @@ def test_failure_reason_prefers_the_error_event() -> None:
     assert data.failure_reason(failed, events[1:]) == "quorum"
     assert "no error event" in str(data.failure_reason(failed, []))
     assert data.failure_reason(run_record({}), events) is None
+    # The stored reason, when there is one, is the word.
+    stored = RunRecord(
+        "r", "r", "failed", {}, {}, 3, 0, None, NOW, NOW, NOW, reason="no clients"
+    )
+    assert data.failure_reason(stored, events) == "no clients"
+
+
+def test_events_name_their_clients() -> None:
+    from fedplat.store import ClientRecord
+
+    phone = ClientRecord("r", "c9", "phone-9", "active", NOW, NOW, 1, {})
+    events = [
+        EventRecord(2, "r", 1, "c9", "client_dropped", "warning", "dropped", {}, NOW),
+        EventRecord(1, "r", 1, "zz", "client_enrolled", "info", "enrolled", {}, NOW),
+        EventRecord(0, "r", None, None, "round_opened", "info", "opened", {}, NOW),
+    ]
+    frame = data.events_frame(events, [phone])
+    assert list(frame.columns) == data.EVENT_COLUMNS
+    assert list(frame["client"][:2]) == ["phone-9", "zz"]
+    assert list(frame["client_id"][:2]) == ["c9", "zz"]
+    assert frame[["client", "client_id"]].iloc[2].isna().all()
+
+
+def test_clients_frame_shows_derived_states_and_last_contact(tmp_path: Path) -> None:
+    path = tmp_path / "f.db"
+    ids = build_fixture_db(path)
+    keep_alive(path, ids)
+    now = datetime.now(UTC)
+    with Store(str(path), migrate=False) as store:
+        frames = {}
+        for name in ("digits-done", "digits-live", "digits-waiting", "digits-crashed"):
+            run = store.get_run(ids[name])
+            assert run is not None
+            clients = store.list_clients(run.id)
+            parts = data.participations_frame(
+                store.list_participations(run.id), clients
+            )
+            view = status.run_view(run, now)
+            frames[name] = data.clients_frame(clients, parts, run=view, now=now)
+    states = {
+        n: dict(zip(f["client_id"], f["state"], strict=True)) for n, f in frames.items()
+    }
+    assert set(states["digits-done"].values()) == {"finished"}
+    assert set(states["digits-live"].values()) == {"active"}
+    assert states["digits-waiting"] == {"w0": "active", "w1": "active", "w2": "lost"}
+    assert states["digits-crashed"] == {"x0": "interrupted", "x1": "lost"}
+    waiting = frames["digits-waiting"].set_index("client_id")
+    assert waiting.loc["w2", "seen"].startswith("10m ")
+    assert waiting.loc["w2", "status"] == "enrolled"  # the stored column, unchanged
 
 
 # --------------------------------------------------------------------------- #
@@ -277,29 +326,39 @@ def test_contributions_from_metrics_sum_scores() -> None:
 def test_ledger_state_on_the_fixture(tmp_path: Path) -> None:
     path = tmp_path / "f.db"
     ids = build_fixture_db(path)
-    engine = make_engine(str(path))
     with Store(str(path), migrate=False) as store:
-        assert ledger.missing_ledger_tables(engine) == []
-        ok = ledger.verify_ledger(store, engine, ids["digits-done"])
+        ok = ledger_check(store, ids["digits-done"])
         assert ok.state == "verified" and ok.entries == 12 and ok.signed
-        assert ledger.verify_ledger(store, engine, ids["digits-live"]).state == "empty"
+        assert ledger_check(store, ids["digits-live"]).state == "empty"
         found = ledger.contributions(
             store.list_clients(ids["digits-done"]),
             store.list_ledger_entries(ids["digits-done"]),
         )
-    engine.dispose()
+        frame = ledger.ledger_frame(
+            store.list_ledger_entries(ids["digits-done"]),
+            ok,
+            store.list_clients(ids["digits-done"]),
+        )
     assert found.source == "ledger"
     board = found.board.set_index("client_id")
     assert board.loc["c2", "flagged_rounds"] == 1
     assert board.loc["c2", "cumulative_score"] == pytest.approx(0.6)
     assert board["reward_share"].sum() == pytest.approx(1.0)
+    # Entries name their client; the id stays beside it.
+    assert list(frame["client"][:4]) == [
+        "client-c0",
+        "client-c1",
+        "client-c2",
+        "client-c3",
+    ]
+    assert list(frame["client_id"][:4]) == ["c0", "c1", "c2", "c3"]
 
 
 def test_ledger_frame_marks_problem_entries() -> None:
-    check = ledger.LedgerCheck(
+    check = LedgerCheck(
         "broken",
         "1 problem",
-        problems=(ledger.LedgerProblemRow("edited", "entry seq 2 was edited", 2),),
+        problems=(LedgerProblemRow("edited", "entry seq 2 was edited", 2),),
     )
     assert check.first_bad_seq == 2
     frame = ledger.ledger_frame([], check)
@@ -329,6 +388,41 @@ def test_accuracy_chart_has_a_point_per_round() -> None:
     assert spec["mark"]["point"]["filled"] is True
     assert spec["encoding"]["x"]["axis"]["tickMinStep"] == 1
     assert len(chart.data) == 1  # rounds without an evaluation are left out
+
+
+def test_accuracy_axis_fits_the_data_unless_asked_for_the_full_scale() -> None:
+    rounds = pd.DataFrame({"round": [1, 2, 3], "accuracy": [0.76, 0.79, 0.8]})
+    fitted = charts.accuracy_chart(rounds).to_dict()["encoding"]["y"]["scale"]
+    assert fitted == {"zero": False}  # Vega fits the domain around 76-80%
+    full = charts.accuracy_chart(rounds, full_scale=True).to_dict()
+    assert full["encoding"]["y"]["scale"] == {"domain": [0.0, 1.0]}
+
+
+def test_client_axes_label_every_row_and_show_ids_on_hover() -> None:
+    parts = pd.DataFrame(
+        {
+            "round": [1] * 16,
+            "client_id": [f"id{i}" for i in range(16)],
+            "client": [f"carrier-{i}" for i in range(16)],
+            "verdict": ["accepted"] * 16,
+        }
+    )
+    spec = charts.flags_heatmap(parts).to_dict()
+    # Streamlit's theme drops labels that come close (labelOverlap: true).
+    assert spec["encoding"]["y"]["axis"]["labelOverlap"] is False
+    assert spec["height"] >= 16 * 20
+    tips = [
+        t if isinstance(t, str) else t["field"] for t in spec["encoding"]["tooltip"]
+    ]
+    assert "client" in tips and "client_id" in tips
+    board = pd.DataFrame(
+        {"client": ["a", "b"], "client_id": ["1", "2"], "reward_share": [0.4, 0.6]}
+    )
+    bar = charts.contribution_bar(board, "reward_share", "Reward shares").to_dict()
+    assert bar["encoding"]["y"]["axis"]["labelOverlap"] is False
+    assert {"field": "client_id", "title": "client id", "type": "nominal"} in bar[
+        "encoding"
+    ]["tooltip"]
 
 
 def test_monitor_subcommand_is_registered() -> None:

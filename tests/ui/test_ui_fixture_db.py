@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fedplat.store import Store
 from fedplat.store.check import check_store
-from tests.support.ui_fixture import ACCURACY, CLIENTS, build_fixture_db
+from tests.support.ui_fixture import ACCURACY, CLIENTS, build_fixture_db, keep_alive
 
 
 def test_fixture_db_has_every_state(tmp_path: Path) -> None:
     ids = build_fixture_db(tmp_path / "m.db")
+    keep_alive(tmp_path / "m.db", ids)
     with Store(str(tmp_path / "m.db"), migrate=False) as store:
         status = {r.name: r.status for r in store.list_runs()}
         assert status == {
             "digits-done": "completed",
             "digits-live": "running",
+            "digits-waiting": "running",
+            "digits-crashed": "running",
             "digits-failed": "failed",
             "digits-pending": "pending",
             "gossip-ring": "running",
@@ -46,7 +50,19 @@ def test_fixture_db_has_every_state(tmp_path: Path) -> None:
         assert store.list_participations(live, 2) == []
         run = store.get_run(live)
         assert run is not None and (run.phase, run.live_clients) == ("training", 3)
+        waiting = store.get_run(ids["digits-waiting"])
+        assert waiting is not None
+        assert (waiting.phase, waiting.live_clients) == ("waiting_for_clients", 2)
         assert store.list_contributions(live) == []
+
+        # The crashed run's coordinator stopped beating 10 minutes ago.
+        crashed = store.get_run(ids["digits-crashed"])
+        assert crashed is not None and crashed.heartbeat_at is not None
+        assert crashed.heartbeat_at < datetime.now(UTC) - timedelta(minutes=9)
+        assert [r.status for r in store.list_rounds(crashed.id)] == [
+            "completed",
+            "open",
+        ]
 
         failed = store.get_run(ids["digits-failed"])
         assert failed is not None and failed.reason is not None

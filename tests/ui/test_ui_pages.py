@@ -20,9 +20,13 @@ import pytest
 from fedplat.ui import APP_PATH, DB_ENV
 from streamlit.testing.v1 import AppTest
 
-from fedplat.store import Store, current_revision, head_revision, migrate
-from fedplat.store.engine import make_engine
-from tests.support.ui_fixture import ACCURACY, build_empty_db, build_fixture_db
+from fedplat.store import Store, head_revision, migrate
+from tests.support.ui_fixture import (
+    ACCURACY,
+    build_empty_db,
+    build_fixture_db,
+    keep_alive,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,6 +42,7 @@ def db(
     fixture_db: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, str]:
     monkeypatch.setenv(DB_ENV, str(fixture_db[0]))
+    keep_alive(*fixture_db)
     return fixture_db[1]
 
 
@@ -80,12 +85,16 @@ def _title(spec: Any) -> str | None:
     return None
 
 
-def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
-    """Chart title -> the data frames Streamlit sends for it (one per dataset)."""
+def _charts_nodes(at: AppTest) -> list[Any]:
     found: list[Any] = []
     _walk(at._tree, found)
+    return found
+
+
+def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
+    """Chart title -> the data frames Streamlit sends for it (one per dataset)."""
     out: dict[str, list[pd.DataFrame]] = {}
-    for node in found:
+    for node in _charts_nodes(at):
         spec = json.loads(node.proto.spec)
         title = _title(spec)
         frames = [
@@ -156,9 +165,30 @@ def test_every_page_has_an_empty_state(
 def test_runs_page_lists_every_run(db: dict[str, str]) -> None:
     at = open_page()
     assert at.title[0].value == "Runs"
-    assert metrics(at) == {"Runs": "5", "Running": "2", "Completed": "1", "Failed": "1"}
+    # Running: the live run, the one waiting for clients, and the gossip run
+    # (whose writer keeps no heartbeat); the crashed one is interrupted.
+    assert metrics(at) == {
+        "Runs": "7",
+        "Running": "3",
+        "Completed": "1",
+        "Failed": "1",
+        "Interrupted": "1",
+    }
     table = at.dataframe[0].value.set_index("name")
     assert set(table.index) == set(db)
+    assert dict(table["state_label"]) == {
+        "digits-done": "completed",
+        "digits-live": "running (training)",
+        "digits-waiting": "waiting for clients: 2/3",
+        "digits-crashed": "interrupted",
+        "digits-failed": "failed",
+        "digits-pending": "pending",
+        "gossip-ring": "running",
+    }
+    # The store still says "running" for the crashed run; the page does not.
+    assert table.loc["digits-crashed", "status"] == "running"
+    assert "No heartbeat from the coordinator" in table.loc["digits-crashed", "detail"]
+    assert "quorum not reached" in table.loc["digits-failed", "detail"]
     done = table.loc["digits-done"]
     assert done["status"] == "completed"
     assert done["progress"] == "3/3"
@@ -250,9 +280,90 @@ def test_run_page_open_round_shows_the_heartbeat(db: dict[str, str]) -> None:
     assert set(heat["verdict"]) == {"accepted"}
 
 
-def test_run_page_points_gossip_runs_to_the_gossip_page(db: dict[str, str]) -> None:
-    at = open_page("run", db["gossip-ring"])
-    assert "This is a gossip run" in texts(at.info)
+def test_run_pages_list_only_coordinator_runs(db: dict[str, str]) -> None:
+    for page in ("run", "clients", "contributions"):
+        # Even when asked for the gossip run, a coordinator run is shown.
+        at = open_page(page, db["gossip-ring"])
+        names = [label.split(" · ")[0] for label in at.selectbox[0].options]
+        assert sorted(names) == sorted(n for n in db if n != "gossip-ring")
+        assert at.selectbox[0].value != db["gossip-ring"]
+    at = open_page("gossip", db["digits-done"])
+    assert at.selectbox[0].options == ["gossip-ring · running · 4/4"]
+    assert at.selectbox[0].value == db["gossip-ring"]
+
+
+def test_a_store_of_gossip_runs_only_sends_run_pages_to_the_gossip_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "gossip-only.db"
+    with Store(str(path)) as store:
+        store.create_run("g", {"mode": "gossip"}, {}, total_rounds=1)
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("run")
+    assert "only gossip runs" in texts(at.info)
+    assert not at.selectbox
+
+
+def test_run_page_waiting_for_clients_names_the_lost_one(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-waiting"])
+    header = texts(at.markdown)
+    assert ":orange-badge[waiting for clients: 2/3]" in header
+    warning = texts(at.warning)
+    assert "Waiting for clients: 2/3" in warning and "indefinitely" in warning
+    assert "**client-w2** (last seen 10m " in warning
+    assert ":red-badge[lost] 1" in header and ":green-badge[active] 2" in header
+    assert not any("Summary" in s.value for s in at.subheader)
+
+
+def test_run_page_crashed_run_is_interrupted_not_running(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-crashed"])
+    header = texts(at.markdown)
+    assert ":violet-badge[interrupted]" in header
+    assert "running" not in header.split("\n")[0]
+    warning = texts(at.warning)
+    assert "No heartbeat from the coordinator for 10m" in warning
+    assert "while training" in warning
+    # Its open round is not "in progress": nobody drives it.
+    assert "in progress" not in at.get("progress")[0].proto.text
+    assert ":red-badge[lost] 1" in header
+    assert "Summary so far" in [s.value for s in at.subheader]
+
+
+def test_run_page_summary_of_a_completed_run(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-done"])
+    assert "Summary" in [s.value for s in at.subheader]
+    got = metrics(at)
+    assert got["Rounds"] == "3 / 3"
+    assert got["Final accuracy"] == "83.00%"
+    assert got["Privacy (ε)"] == "1.5"
+    text = texts(at.markdown)
+    # c3 excluded in round 3; c2 suspect in round 2; c1 clipped by the rule.
+    assert "**Flagged clients:** client-c1 (flagged, 1 round)" in text or (
+        "client-c1 (flagged, 1 round)" in text
+    )
+    assert "client-c2 (suspect, 1 round)" in text
+    assert "client-c3 (excluded, 1 round)" in text
+    assert "**Ledger:** verified: 12 entries, chain intact (signed" in text
+    assert "round-00003.safetensors" in text
+    (command,) = [c.value for c in at.code if "fedplat export" in c.value]
+    assert "--run digits-done" in command and "--format safetensors" in command
+    assert ":gray-badge[finished] 4" in text
+
+
+def test_accuracy_axis_toggle(db: dict[str, str]) -> None:
+    at = open_page("run", db["digits-done"])
+
+    def scale() -> object:
+        (node,) = [
+            n
+            for n in _charts_nodes(at)
+            if json.loads(n.proto.spec).get("title") == "Global accuracy"
+        ]
+        return json.loads(node.proto.spec)["encoding"]["y"]["scale"]
+
+    assert scale() == {"zero": False}
+    at.toggle(key="fedplat_accuracy_full_scale").set_value(True).run()
+    assert scale() == {"domain": [0.0, 1.0]}
 
 
 def test_run_picker_follows_the_query_parameter(db: dict[str, str]) -> None:
@@ -297,8 +408,21 @@ def test_clients_page_lists_and_filters(db: dict[str, str]) -> None:
     at.text_input[0].input("").run()
     at.number_input[0].set_value(3).run()
     assert list(at.dataframe[0].value["client_id"]) == ["c0", "c1"]
-    at.multiselect[0].select("banned").run()
+    assert set(table["state"]) == {"finished"}  # the run ended
+    at.multiselect[0].select("lost").run()
     assert "No client matches these filters" in texts(at.warning)
+
+
+def test_clients_page_shows_lost_clients_and_last_contact(db: dict[str, str]) -> None:
+    at = open_page("clients", db["digits-waiting"])
+    got = metrics(at)
+    assert (got["Enrolled"], got["Active"], got["Lost"]) == ("3", "2", "1")
+    table = at.dataframe[0].value.set_index("client_id")
+    assert dict(table["state"]) == {"w0": "active", "w1": "active", "w2": "lost"}
+    assert table.loc["w2", "seen"].startswith("10m ")
+    assert table.loc["w0", "seen"].endswith("s ago")
+    at.multiselect[0].select("lost").run()
+    assert list(at.dataframe[0].value["name"]) == ["client-w2"]
 
 
 def test_clients_page_without_clients(db: dict[str, str]) -> None:
@@ -384,11 +508,8 @@ def test_a_database_at_an_older_revision_is_named_not_read(
     assert "schema revision `0002`" in warning
     assert f"reads revision `{head_revision()}`" in warning
     assert not at.error and not at.dataframe
-    engine = make_engine(str(path))
-    try:
-        assert current_revision(engine) == "0002"  # the monitor migrated nothing
-    finally:
-        engine.dispose()
+    with Store(str(path), migrate=False) as store:
+        assert store.schema_revision() == "0002"  # the monitor migrated nothing
 
 
 # --------------------------------------------------------------------------- #

@@ -4,21 +4,16 @@ filters."""
 from __future__ import annotations
 
 import streamlit as st
-from fedplat.ui import common, data
+from fedplat.ui import common, data, status
 
-from fedplat.store import CLIENT_STATUSES, StoreError
+from fedplat.store import StoreError
 
 
 def render() -> None:
     st.title("Clients")
     url = common.store_or_stop()
-    try:
-        runs = common.load_runs(url)
-    except StoreError as exc:
-        common.fail_softly(exc)
-        return
-    if runs.empty:
-        st.info("No runs in this database yet; clients are listed per run.")
+    runs = common.federated_runs(url)
+    if runs is None:
         return
     run_id = common.pick_run(runs)
 
@@ -26,12 +21,19 @@ def render() -> None:
     # and the live panel below keeps applying them on every refresh.
     with st.container(border=True):
         cols = st.columns([2, 2, 1, 1])
-        statuses = cols[0].multiselect("Status", list(CLIENT_STATUSES), default=[])
+        states = cols[0].multiselect(
+            "State",
+            list(status.CLIENT_STATES),
+            default=[],
+            help="active: heard in the last few seconds; idle: quiet but within "
+            "the run's liveness window; lost: silent for longer; finished: the "
+            "run ended; interrupted: the run's coordinator is gone",
+        )
         needle = cols[1].text_input("Name or id contains", value="")
         min_joined = cols[2].number_input("Min rounds joined", min_value=0, value=0)
         flagged = cols[3].checkbox("Flagged only", value=False)
     chosen = data.ClientFilter(
-        statuses=tuple(statuses),
+        states=tuple(states),
         name_contains=needle,
         min_rounds_joined=int(min_joined),
         flagged_only=flagged,
@@ -50,11 +52,13 @@ def render() -> None:
             )
             return
         shown = data.filter_clients(clients, chosen)
-        cols = st.columns(4)
+        counts = clients["state"].value_counts()
+        cols = st.columns(5)
         cols[0].metric("Enrolled", len(clients))
-        cols[1].metric("Active", int((clients["status"] == "active").sum()))
-        cols[2].metric("Ever flagged", int((clients["flagged_rounds"] > 0).sum()))
-        cols[3].metric("Shown", len(shown))
+        cols[1].metric("Active", int(counts.get("active", 0)))
+        cols[2].metric("Lost", int(counts.get("lost", 0)))
+        cols[3].metric("Ever flagged", int((clients["flagged_rounds"] > 0).sum()))
+        cols[4].metric("Shown", len(shown))
         if shown.empty:
             st.warning("No client matches these filters.")
             return
@@ -68,8 +72,8 @@ def render() -> None:
             hide_index=True,
             column_order=[
                 "name",
-                "client_id",
-                "status",
+                "state",
+                "seen",
                 "last_seen",
                 "rounds_joined",
                 "rounds_selected",
@@ -82,11 +86,23 @@ def render() -> None:
                 "bytes_down",
                 "contribution_score",
                 "reward_share",
+                "client_id",
             ],
             column_config={
+                "name": st.column_config.TextColumn(
+                    "client",
+                    help="the name it enrolled with (its id is the last column)",
+                ),
+                "state": st.column_config.TextColumn(
+                    help="from its last contact and the run's state"
+                ),
+                "seen": st.column_config.TextColumn(
+                    "last heard", help="time since the coordinator last heard from it"
+                ),
                 "last_seen": st.column_config.DatetimeColumn(
                     "last seen (UTC)", format="YYYY-MM-DD HH:mm:ss"
                 ),
+                "client_id": st.column_config.TextColumn("client id"),
                 "rounds_joined": st.column_config.NumberColumn(
                     "joined", help="rounds with an accepted update"
                 ),

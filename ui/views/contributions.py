@@ -27,7 +27,7 @@ def _ledger(url: str, run_id: str) -> None:
                 + (f" (seq {p.seq})" if p.seq is not None else "")
                 + f": {p.message}"
             )
-    elif check.state in ("missing", "empty"):
+    elif check.state == "empty":
         st.info(check.message, icon=":material/table_view:")
     else:
         st.warning(check.message)
@@ -44,13 +44,8 @@ def _ledger(url: str, run_id: str) -> None:
 def render() -> None:
     st.title("Contributions")
     url = common.store_or_stop()
-    try:
-        runs = common.load_runs(url)
-    except StoreError as exc:
-        common.fail_softly(exc)
-        return
-    if runs.empty:
-        st.info("No runs in this database yet.")
+    runs = common.federated_runs(url)
+    if runs is None:
         return
     run_id = common.pick_run(runs)
 

@@ -14,7 +14,11 @@ def _body(url: str, run_id: str) -> None:
     if run is None:
         st.warning("This run is no longer in the store.")
         return
-    st.markdown(f"## {run.name} {common.status_badge(run.status)}")
+    view = common.load_run_view(url, run_id)
+    if view is not None:
+        st.markdown(f"## {run.name} {common.run_badge(view)}")
+        if view.detail:
+            st.caption(view.detail)
     topo = graph.gossip_topology(run)
     if topo is None:
         st.warning(

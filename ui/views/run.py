@@ -1,40 +1,55 @@
-"""Run detail: progress, accuracy and loss, participants, traffic, compression,
-privacy spent and the aggregator's per-client verdicts, round by round."""
+"""Run detail: state, progress, accuracy and loss, participants, traffic,
+compression, privacy spent and the aggregator's per-client verdicts, round by
+round; a summary once the run has ended."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
+import pandas as pd
 import streamlit as st
-from fedplat.ui import charts, common, data
+from fedplat.ui import charts, common, data, status
 
-from fedplat.store import RunRecord, StoreError
+from fedplat.store import MetricRecord, RunRecord, StoreError
+from fedplat.summary import FLAGGED_VERDICTS, RunSummary, export_command, format_bytes
+
+FULL_SCALE_KEY = "fedplat_accuracy_full_scale"
 
 
-def _header(run: RunRecord, rounds_open: bool) -> None:
-    st.markdown(f"## {run.name} {common.status_badge(run.status)}")
-    st.caption(
+def _describe(run: RunRecord) -> str:
+    cfg = run.config
+    model = cfg.get("model", {})
+    dataset = cfg.get("data", {})
+    return (
         f"run id `{run.id}` · aggregator "
-        f"`{run.config.get('aggregator', {}).get('name', 'fedavg')}` · "
-        f"model `{run.config.get('model', {}).get('name', '?')}` · "
-        f"dataset `{run.config.get('data', {}).get('dataset', '?')}`"
+        f"`{cfg.get('aggregator', {}).get('name', 'fedavg')}` · "
+        f"model `{model.get('factory') or model.get('name', '?')}` · "
+        f"evaluation data `{dataset.get('eval') or dataset.get('dataset', '?')}`"
     )
-    if data.run_mode(run) == "gossip":
-        st.info(
-            "This is a gossip run; its graph and per-node curves are on the "
-            "Gossip page."
+
+
+def _header(run: RunRecord, view: status.RunView, rounds_open: bool) -> None:
+    st.markdown(f"## {run.name} {common.run_badge(view)}")
+    st.caption(_describe(run))
+    if view.state == "failed":
+        st.error(f"The run failed: {view.detail}")
+    elif view.state == "interrupted":
+        st.warning(f"**Interrupted.** {view.detail}", icon=":material/pause_circle:")
+    elif view.state == "waiting":
+        st.warning(
+            f"**{view.label.capitalize()}.** {view.detail}",
+            icon=":material/hourglass_top:",
         )
-        st.page_link(
-            "views/gossip.py",
-            label="Open the Gossip page",
-            icon=":material/share:",
-            query_params={"run": run.id},
-        )
+    elif view.detail:
+        st.caption(view.detail)
     done = run.current_round / run.total_rounds if run.total_rounds else 0.0
     label = f"round {run.current_round} of {run.total_rounds} completed"
-    if rounds_open:
+    if rounds_open and view.state == "running":
         # Nothing of an open round is recorded until it closes; the
         # coordinator's heartbeat says what it is doing meanwhile.
         label += f"; round {run.current_round + 1} in progress"
-        live = [run.phase] if run.phase else []
+        live = [run.phase.replace("_", " ")] if run.phase else []
         if run.live_clients is not None:
             live.append(f"{run.live_clients} clients live")
         if live:
@@ -42,22 +57,129 @@ def _header(run: RunRecord, rounds_open: bool) -> None:
     st.progress(min(max(done, 0.0), 1.0), text=label)
 
 
-def _body(url: str, run_id: str) -> None:
-    run = common.load_run(url, run_id)
-    if run is None:
-        st.warning("This run is no longer in the store.")
+def _liveness(clients: pd.DataFrame) -> None:
+    """One line of client states, and who was lost when."""
+    if clients.empty:
         return
-    rounds = common.load_rounds(url, run_id)
-    parts = common.load_participations(url, run_id)
-    metrics = common.load_metrics(url, run_id)
-    events = common.load_events(url, run_id)
-    open_round = bool((rounds["status"] == "open").any()) if not rounds.empty else False
-    _header(run, open_round)
+    counts = clients["state"].value_counts()
+    parts = [
+        f"{status.badge(s)} {int(counts[s])}"
+        for s in status.CLIENT_STATES
+        if s in counts
+    ]
+    st.markdown("**Clients** " + " ".join(parts))
+    lost = clients[clients["state"] == "lost"]
+    if not lost.empty:
+        st.warning(
+            "Lost (silent for longer than the liveness window): "
+            + ", ".join(
+                f"**{row.name}** (last seen {row.seen})" for row in lost.itertuples()
+            ),
+            icon=":material/signal_disconnected:",
+        )
 
-    reason = data.failure_reason(run, events)
-    if reason:
-        st.error(f"The run failed: {reason}")
 
+def _summary(summary: RunSummary, view: status.RunView, url: str) -> None:
+    title = "Summary" if view.ended else "Summary so far"
+    with st.container(border=True):
+        st.subheader(title)
+        cols = st.columns(5)
+        cols[0].metric("Rounds", f"{summary.rounds_completed} / {summary.total_rounds}")
+        cols[1].metric(
+            "Final accuracy",
+            f"{summary.final_accuracy:.2%}"
+            if summary.final_accuracy is not None
+            else "-",
+            help=f"round {summary.accuracy_round}" if summary.accuracy_round else None,
+        )
+        cols[2].metric(
+            "Best accuracy",
+            f"{summary.best_accuracy:.2%}"
+            if summary.best_accuracy is not None
+            else "-",
+            help=f"round {summary.best_round}" if summary.best_round else None,
+        )
+        cols[3].metric(
+            "Traffic",
+            format_bytes(summary.bytes_up + summary.bytes_down),
+            help=f"{format_bytes(summary.bytes_up)} up, "
+            f"{format_bytes(summary.bytes_down)} down",
+        )
+        eps, delta = summary.epsilon, summary.delta
+        why: str | None
+        if eps is None:
+            shown, why = "-", "no differential privacy in this run"
+        else:
+            shown = "unbounded" if math.isinf(eps) else f"{eps:.3g}"
+            why = f"spent at δ = {delta:g}" if delta is not None else None
+        cols[4].metric("Privacy (ε)", shown, help=why)
+        if summary.flagged:
+            st.markdown(
+                "**Flagged clients:** "
+                + ", ".join(
+                    f"{f.name} ({'/'.join(f.verdicts)}, {f.rounds} "
+                    f"round{'s' if f.rounds != 1 else ''})"
+                    for f in summary.flagged
+                )
+            )
+        else:
+            st.markdown("**Flagged clients:** none")
+        ledger = summary.ledger
+        line = f"**Ledger:** {ledger.state}: {ledger.message}"
+        if ledger.state == "broken":
+            st.error(line)
+        else:
+            st.markdown(line)
+        if summary.model_path is not None:
+            st.markdown(
+                f"**Model** (round {summary.final_round}): `{summary.model_path}`"
+            )
+            command = export_command(summary, common.display_url(url))
+            if command:
+                st.code(command, language="bash")
+
+
+def _accuracy(rounds: pd.DataFrame, completed: pd.DataFrame) -> None:
+    if completed["accuracy"].notna().any():
+        full = st.toggle(
+            "Accuracy axis from 0 to 100%",
+            key=FULL_SCALE_KEY,
+            help="By default the axis is fitted to the accuracies reached.",
+        )
+        common.show(charts.accuracy_chart(rounds, full_scale=full))
+    else:
+        st.info(
+            "No accuracy yet: the global model is evaluated when a round "
+            "completes (every data.eval_every rounds)."
+        )
+
+
+def _privacy(metrics: Sequence[MetricRecord]) -> None:
+    eps = data.round_series(metrics, data.METRIC_EPSILON)
+    if eps.empty:
+        st.info(
+            f"No privacy accounting recorded (metric `{data.METRIC_EPSILON}`): "
+            "this run does not use differential privacy, or its coordinator "
+            "predates privacy reporting."
+        )
+        return
+    bounded = eps[eps["value"] < data.EPSILON_UNBOUNDED]
+    if not bounded.empty:
+        common.show(
+            charts.metric_chart(
+                bounded, title="Privacy spent (ε) per round", y_title="ε"
+            )
+        )
+    if len(bounded) < len(eps):
+        first = int(eps[eps["value"] >= data.EPSILON_UNBOUNDED]["round"].min())
+        st.warning(
+            f"ε is unbounded from round {first} on: the accountant can no "
+            "longer bound the privacy loss (noise too small for the "
+            "rounds run)."
+        )
+
+
+def _metrics_row(run: RunRecord, rounds: pd.DataFrame, parts: pd.DataFrame) -> None:
     completed = rounds[rounds["status"] == "completed"]
     last_acc = completed["accuracy"].dropna()
     closed = rounds[rounds["status"] != "open"]
@@ -86,7 +208,7 @@ def _body(url: str, run_id: str) -> None:
     )
     cols[4].metric(
         "Traffic",
-        data.format_bytes(
+        format_bytes(
             float(parts["bytes_up"].sum() + parts["bytes_down"].sum())
             if not parts.empty
             else 0.0
@@ -94,22 +216,36 @@ def _body(url: str, run_id: str) -> None:
         help="bytes uploaded + downloaded by all clients so far",
     )
 
+
+def _body(url: str, run_id: str) -> None:
+    run = common.load_run(url, run_id)
+    view = common.load_run_view(url, run_id)
+    if run is None or view is None:
+        st.warning("This run is no longer in the store.")
+        return
+    rounds = common.load_rounds(url, run_id)
+    parts = common.load_participations(url, run_id)
+    metrics = common.load_metrics(url, run_id)
+    events = common.load_events(url, run_id)
+    clients = common.load_clients(url, run_id)
+    open_round = bool((rounds["status"] == "open").any()) if not rounds.empty else False
+    _header(run, view, open_round)
+    _liveness(clients)
+    if view.ended or view.state == "interrupted":
+        _summary(common.load_summary(url, run_id), view, url)
+    _metrics_row(run, rounds, parts)
+
     if rounds.empty:
         st.info(
             "No round has started yet: the coordinator waits until enough "
-            "clients have enrolled (selection.min_available)."
+            "clients are live (selection.min_available)."
         )
         return
 
+    completed = rounds[rounds["status"] == "completed"]
     left, right = st.columns(2)
     with left:
-        if completed["accuracy"].notna().any():
-            common.show(charts.accuracy_chart(rounds))
-        else:
-            st.info(
-                "No accuracy yet: the global model is evaluated when a round "
-                "completes (every data.eval_every rounds)."
-            )
+        _accuracy(rounds, completed)
     with right:
         if completed["loss"].notna().any():
             common.show(charts.loss_chart(rounds))
@@ -150,56 +286,28 @@ def _body(url: str, run_id: str) -> None:
                 )
             )
     with right:
-        eps = data.round_series(metrics, data.METRIC_EPSILON)
-        if eps.empty:
-            st.info(
-                f"No privacy accounting recorded (metric `{data.METRIC_EPSILON}`): "
-                "this run does not use differential privacy, or its coordinator "
-                "predates privacy reporting."
-            )
-        else:
-            bounded = eps[eps["value"] < data.EPSILON_UNBOUNDED]
-            if not bounded.empty:
-                common.show(
-                    charts.metric_chart(
-                        bounded, title="Privacy spent (ε) per round", y_title="ε"
-                    )
-                )
-            if len(bounded) < len(eps):
-                first = int(eps[eps["value"] >= data.EPSILON_UNBOUNDED]["round"].min())
-                st.warning(
-                    f"ε is unbounded from round {first} on: the accountant can no "
-                    "longer bound the privacy loss (noise too small for the "
-                    "rounds run)."
-                )
+        _privacy(metrics)
 
     st.subheader("Aggregator verdicts")
     if parts.empty:
         st.info("No updates yet.")
     else:
         common.show(charts.flags_heatmap(parts))
-        if not (parts["verdict"].isin(["flagged", "excluded", "suspect"])).any():
+        if not parts["verdict"].isin(FLAGGED_VERDICTS).any():
             st.caption("No client has been flagged, excluded or found suspect.")
 
     with st.expander("Rounds", expanded=False):
         st.dataframe(rounds, hide_index=True)
-    with st.expander("Events", expanded=bool(reason)):
-        st.dataframe(data.events_frame(events), hide_index=True)
+    with st.expander("Events", expanded=view.state == "failed"):
+        records = common.load_client_records(url, run_id)
+        st.dataframe(data.events_frame(events, records), hide_index=True)
 
 
 def render() -> None:
     st.title("Run detail")
     url = common.store_or_stop()
-    try:
-        runs = common.load_runs(url)
-    except StoreError as exc:
-        common.fail_softly(exc)
-        return
-    if runs.empty:
-        st.info(
-            "No runs in this database yet; start a coordinator and its run "
-            "shows up here."
-        )
+    runs = common.federated_runs(url)
+    if runs is None:
         return
     run_id = common.pick_run(runs)
 

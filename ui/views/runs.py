@@ -25,12 +25,21 @@ def render() -> None:
                 "as the coordinator registers it."
             )
             return
-        counts = runs["status"].value_counts()
-        cols = st.columns(4)
+        counts = runs["state"].value_counts()
+        cols = st.columns(5)
         cols[0].metric("Runs", len(runs))
-        cols[1].metric("Running", int(counts.get("running", 0)))
+        cols[1].metric(
+            "Running",
+            int(counts.get("running", 0) + counts.get("waiting", 0)),
+            help="training, or waiting for enough live clients",
+        )
         cols[2].metric("Completed", int(counts.get("completed", 0)))
         cols[3].metric("Failed", int(counts.get("failed", 0)))
+        cols[4].metric(
+            "Interrupted",
+            int(counts.get("interrupted", 0)),
+            help="not ended, but their coordinator stopped or died",
+        )
         event = st.dataframe(
             runs,
             hide_index=True,
@@ -39,7 +48,7 @@ def render() -> None:
             key="runs_table",
             column_order=[
                 "name",
-                "status",
+                "state_label",
                 "mode",
                 "progress",
                 "participants",
@@ -49,9 +58,18 @@ def render() -> None:
                 "finished_at",
                 "duration",
                 "last_activity",
+                "detail",
             ],
             column_config={
                 "name": st.column_config.TextColumn("run"),
+                "state_label": st.column_config.TextColumn(
+                    "status",
+                    help="running, waiting for clients, completed, failed, or "
+                    "interrupted (the coordinator stopped or died mid-run)",
+                ),
+                "detail": st.column_config.TextColumn(
+                    "why", help="why a run failed, waits or was interrupted"
+                ),
                 "progress": st.column_config.TextColumn(
                     "rounds done", help="completed rounds / total rounds"
                 ),
