@@ -249,6 +249,7 @@ class Coordinator:
             up = self.begin_upload(c, header)
             up.wire_bytes = streams.update_wire_bytes(header, len(data), chunk)
             try:
+                up.start()
                 view = memoryview(data)
                 for start in range(0, len(view), chunk):
                     up.write(view[start : start + chunk])

@@ -253,6 +253,7 @@ class CoordinatorServicer:
         up.wire_bytes = first.ByteSize() + GRPC_FRAME_BYTES
         try:
             async with self._uploads:
+                up.start()
                 while True:
                     part = self._parsed(await self._next(it, deadline), "UploadUpdate")
                     if part is None:

@@ -39,6 +39,16 @@ def max_payload_bytes(d: int) -> int:
     return HEADER_SIZE + 4 * d
 
 
+def check_payload_size(total: int, d: int) -> None:
+    """Raise :class:`PayloadError` unless ``total`` bytes can be an upload
+    payload for a model of ``d`` parameters."""
+    if not HEADER_SIZE <= total <= max_payload_bytes(d):
+        raise PayloadError(
+            f"an update of {total} bytes cannot be a payload for {d} "
+            f"parameters (at most {max_payload_bytes(d)})"
+        )
+
+
 class PayloadSink:
     """Decode one upload into ``out`` (``[d]`` float32) as its bytes arrive.
 
@@ -60,12 +70,7 @@ class PayloadSink:
     ) -> None:
         if out.dtype != torch.float32 or out.dim() != 1 or not out.is_contiguous():
             raise ValueError("out must be a contiguous [d] float32 tensor")
-        d = out.numel()
-        if not HEADER_SIZE <= total <= max_payload_bytes(d):
-            raise PayloadError(
-                f"an update of {total} bytes cannot be a payload for {d} "
-                f"parameters (at most {max_payload_bytes(d)})"
-            )
+        check_payload_size(total, out.numel())
         self.out = out
         self.total = total
         self._decoder = decoder
@@ -132,4 +137,4 @@ class PayloadSink:
         return self.out
 
 
-__all__ = ["PayloadSink", "max_payload_bytes"]
+__all__ = ["PayloadSink", "check_payload_size", "max_payload_bytes"]
