@@ -10,9 +10,10 @@ entry was removed from the end.
 
 :func:`fedplat.contribution.ledger_verify.verify_ledger` walks the stored chain
 and reports each problem with the entry it concerns: an edited entry (content vs.
-hash, or a signature that fails after re-hashing), deleted entries (a gap in ``seq``, or a head naming a later
-entry), reordered entries (an entry stored at another position than the one it
-was signed for), and a head or entries signed by another key.
+hash, or a signature that fails after re-hashing), deleted entries (a gap in
+``seq``, or a head naming a later entry), reordered entries (an entry stored at
+another position than the one it was signed for), and a head or entries signed
+by another key.
 
 Limits (documented in docs/contribution.md): whoever holds the private key can
 rewrite history, and someone who can write the database can replace the stored
