@@ -100,6 +100,11 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results" / "compression.json"
 SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "compression_speed.json"
 SCHEMA_VERSION = 1
+#: What ``uplink_bytes`` counts: ``"wire"``, every byte of an upload's messages
+#: (header message, data chunks, gRPC's 5-byte framing), as the coordinator
+#: records ``bytes_up`` (``fedplat.proto.streams.update_wire_bytes``). Results
+#: written before that count have ``"payload"``: the encoded update's bytes only.
+BYTE_COUNT = "wire"
 METHOD_KEYS = (
     "method",
     "final_accuracy",
@@ -499,6 +504,10 @@ def run_method(
         "steady_rounds": len(steady),
         "steady_round_ratio_min": min(per_round) if per_round else None,
         "steady_round_ratio_max": max(per_round) if per_round else None,
+        # Mean bytes of one upload after warm-up (every byte on the wire).
+        "steady_bytes_per_upload": (
+            steady_up / sum(r["clients"] for r in steady) if steady_up else None
+        ),
         "first_round_ratio": (
             completed[0]["dense_bytes"] / completed[0]["bytes_up"]
             if completed and completed[0]["bytes_up"]
@@ -596,6 +605,7 @@ def long_run_summary(
     ratios = [results[("dgc", s)]["row"]["compression_ratio"] for s in seeds]
     mean_gap = statistics.fmean(gaps) if gaps else None
     return {
+        "byte_count": BYTE_COUNT,
         "rounds": setup.long_rounds,
         "eval_every": long_setup(setup).eval_every,
         # Rows of the first seed (same schema as the main table).
@@ -647,6 +657,7 @@ def write_results(
     started: float,
     finished: bool,
     long_results: dict[tuple[str, int], dict[str, Any]] | None = None,
+    kept_long_run: dict[str, Any] | None = None,
 ) -> None:
     names = [n for n in order if n in results]
     rows = {n: results[n]["row"] for n in names}
@@ -654,6 +665,7 @@ def write_results(
     out = {
         "benchmark": "compression",
         "schema_version": SCHEMA_VERSION,
+        "byte_count": BYTE_COUNT,
         "tiny": tiny,
         "complete": finished,
         "setup": {**asdict(setup), "d": d},
@@ -669,10 +681,21 @@ def write_results(
     }
     if long_results is not None:
         out["long_run"] = long_run_summary(setup, long_results)
+    elif kept_long_run is not None:
+        out["long_run"] = kept_long_run
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2) + "\n")
     tmp.replace(path)
+
+
+def kept_long_run_of(path: Path) -> dict[str, Any]:
+    """The ``long_run`` section of an earlier result file, with what its bytes
+    count (``"payload"`` when the file predates ``byte_count``)."""
+    old = json.loads(path.read_text())
+    if "long_run" not in old:
+        raise SystemExit(f"{path} has no long_run section")
+    return {"byte_count": old.get("byte_count", "payload"), **old["long_run"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -700,7 +723,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a Setup field (exploration), e.g. lr=0.1",
     )
+    ap.add_argument(
+        "--keep-long-run",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="run every method but not the long run, and copy JSON's long_run "
+        "section (with its byte_count) into --out",
+    )
     args = ap.parse_args(argv)
+    kept_long_run = None
+    if args.keep_long_run is not None:
+        if args.methods:
+            ap.error("--keep-long-run runs every method: drop --methods")
+        kept_long_run = kept_long_run_of(args.keep_long_run)
     setup = TINY if args.tiny else FULL
     if args.rounds is not None:
         setup = replace(setup, rounds=args.rounds)
@@ -725,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lsetup = long_setup(setup)
     long_todo = (
         []
-        if args.methods or setup.long_rounds <= 0
+        if args.methods or kept_long_run is not None or setup.long_rounds <= 0
         else [
             (replace(lsetup, seed=seed), m)
             for seed in setup.long_seeds
@@ -754,7 +790,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             results[name] = res
         write_results(
-            args.out, setup, args.tiny, env, results, order, started, done, long_results
+            args.out,
+            setup,
+            args.tiny,
+            env,
+            results,
+            order,
+            started,
+            done,
+            long_results,
+            kept_long_run,
         )
 
     # tmpfs when there is one: the store and checkpoints are written every round.
@@ -777,7 +822,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
     write_results(
-        args.out, setup, args.tiny, env, results, order, started, True, long_results
+        args.out,
+        setup,
+        args.tiny,
+        env,
+        results,
+        order,
+        started,
+        True,
+        long_results,
+        kept_long_run,
     )
     for name in order:
         r = results[name]["row"]
