@@ -1,7 +1,9 @@
 """Gradient leakage: reconstruct a training image from an update, with and without DP.
 
-The attack of Song, Wang, Yu & Zhang (ICML 2023, arXiv 2210.08371; ALGORITHMS.md
-Sec. 2): an adversary who knows the model ``w_t`` and the round's sketch ``R_t``
+The attack of Song, Wang, Yu & Zhang, "Sketching for First Order Method: Efficient
+Algorithm for Low-Bandwidth Channel and Vulnerability" (ICML 2023, arXiv
+2210.08371), which shows that sketching alone does not stop gradient leakage: an
+adversary who knows the model ``w_t`` and the round's sketch ``R_t``
 (both are public in the protocol: the sketch seed is in every task) observes a
 client's upload and solves, by gradient matching,
 
