@@ -73,6 +73,7 @@ Usage::
     python -m bench.compression                  # full run, ~30-40 min on 2 cores
     python -m bench.compression --tiny --out X   # seconds: digits, 4 clients
     python -m bench.compression --methods dense,dgc --rounds 50   # exploring
+    python -m bench.compression --markdown       # docs/compression.md's blocks
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from bench.docs import add_doc_args, handle_doc_args
+from bench.docs_compression import DOC, doc_blocks
 
 RESULTS = Path(__file__).resolve().parent / "results" / "compression.json"
 SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "compression_speed.json"
@@ -619,6 +623,7 @@ def long_run_summary(
             n: statistics.stdev(a) if len(a) > 1 else None for n, a in acc.items()
         },
         "dgc_gap_points_per_seed": gaps,
+        "dgc_steady_ratio_per_seed": ratios,
         "goals": {
             **{
                 k: gl[k]
@@ -731,7 +736,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run every method but not the long run, and copy JSON's long_run "
         "section (with its byte_count) into --out",
     )
+    add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
+    if handle_doc_args(args, DOC, doc_blocks):
+        return 0
     kept_long_run = None
     if args.keep_long_run is not None:
         if args.methods:
@@ -781,14 +789,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         {} if long_todo else None
     )
 
-    def record(
-        kind: str, st: Setup, name: str, res: dict[str, Any], done: bool
-    ) -> None:
-        if kind == "long":
-            assert long_results is not None
-            long_results[(name, st.seed)] = res
-        else:
-            results[name] = res
+    def write(done: bool) -> None:
         write_results(
             args.out,
             setup,
@@ -801,6 +802,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             long_results,
             kept_long_run,
         )
+
+    def record(
+        kind: str, st: Setup, name: str, res: dict[str, Any], done: bool
+    ) -> None:
+        if kind == "long":
+            assert long_results is not None
+            long_results[(name, st.seed)] = res
+        else:
+            results[name] = res
+        write(done)
 
     # tmpfs when there is one: the store and checkpoints are written every round.
     root = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -821,18 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record(kind, st, name, fut.result(), False)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
-    write_results(
-        args.out,
-        setup,
-        args.tiny,
-        env,
-        results,
-        order,
-        started,
-        True,
-        long_results,
-        kept_long_run,
-    )
+    write(True)
     for name in order:
         r = results[name]["row"]
         print(
