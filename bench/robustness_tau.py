@@ -94,7 +94,8 @@ def tune(
         f"{tau:g}": statistics.fmean(s["accuracy"] for s in scores if s["tau"] == tau)
         for tau in taus
     }
-    chosen = max(taus, key=lambda t: mean_by_tau[f"{t:g}"])
+    # Ties go to the smaller radius (the more robust choice).
+    chosen = max(taus, key=lambda t: (mean_by_tau[f"{t:g}"], -t))
     return {
         "benchmark": "robustness_tau",
         "rule": "centered_clipping",
