@@ -40,6 +40,12 @@ from fedplat.uplink.task import (
 )
 from fedplat.vectors import Layout
 
+#: Epsilon spent so far (at the run's delta), stored every round under DP.
+METRIC_EPSILON = "privacy.epsilon"
+#: Stored (value 1) instead of :data:`METRIC_EPSILON` in a round whose epsilon the
+#: accountant reports as infinite: the privacy loss is unbounded from then on.
+METRIC_EPSILON_UNBOUNDED = "privacy.epsilon_unbounded"
+
 
 class UplinkPlan:
     """Compression + privacy settings of a run, and the coordinator's side of them."""
@@ -136,7 +142,9 @@ class UplinkPlan:
         return self.mechanism.noise_for_mean(mean, num_clients, generator=self._noise)
 
     def account(self, num_selected: int, num_live: int) -> dict[str, float]:
-        """Record this round's release; return the metrics to store."""
+        """Record this round's release; return the metrics to store
+        (:data:`METRIC_EPSILON`, or :data:`METRIC_EPSILON_UNBOUNDED` when the
+        accountant's epsilon is infinite)."""
         if self.accountant is None or self.sigma is None:
             return {}
         rate = (
@@ -144,12 +152,18 @@ class UplinkPlan:
         )
         self.accountant.step(noise_multiplier=self.sigma, sample_rate=rate)
         eps = self.accountant.get_epsilon(self.cfg.privacy.delta)
-        return {
-            "privacy.epsilon": eps if math.isfinite(eps) else 1e308,
+        out = {
             "privacy.delta": self.cfg.privacy.delta,
             "privacy.noise_multiplier": self.sigma,
             "privacy.sample_rate": rate,
         }
+        # The store keeps finite numbers only: an epsilon the accountant cannot
+        # bound is recorded as a flag, never as a stand-in number.
+        if math.isfinite(eps):
+            out[METRIC_EPSILON] = eps
+        else:
+            out[METRIC_EPSILON_UNBOUNDED] = 1.0
+        return out
 
     def state(self) -> dict[str, str]:
         if self.accountant is None:

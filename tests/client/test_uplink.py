@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,34 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
     assert torch.allclose(small, torch.tensor([0.3, 0.4]))
     privacy = plan.task_config(seed=0).privacy
     assert privacy is not None and privacy.noise_multiplier == 1.0
+
+
+def test_an_unbounded_epsilon_is_a_flag_not_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedplat.uplink.server import (
+        METRIC_EPSILON,
+        METRIC_EPSILON_UNBOUNDED,
+        UplinkPlan,
+    )
+    from fedplat.vectors import Layout, TensorSpec
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            privacy={"mode": "local", "noise_multiplier": 1.0, "clip_norm": 1.0},
+        )
+    )
+    plan = UplinkPlan(cfg, Layout((TensorSpec("w", (2,)),)))
+    bounded = plan.account(num_selected=2, num_live=2)
+    assert bounded[METRIC_EPSILON] > 0 and METRIC_EPSILON_UNBOUNDED not in bounded
+    assert plan.accountant is not None
+    # Opacus reports an infinite epsilon when no order bounds the loss.
+    monkeypatch.setattr(plan.accountant, "get_epsilon", lambda delta: math.inf)
+    unbounded = plan.account(num_selected=2, num_live=2)
+    assert METRIC_EPSILON not in unbounded
+    assert unbounded[METRIC_EPSILON_UNBOUNDED] == 1.0
+    assert all(math.isfinite(v) for v in unbounded.values())
 
 
 def test_local_dp_on_sketch(tmp_path: Path) -> None:
