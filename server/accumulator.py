@@ -8,10 +8,16 @@ touched (the buffer comes from ``torch.empty``, so untouched pages cost no
 memory); at close the accepted rows are moved to the front in order, and the
 ``[k, d]`` view is handed to the rule without a copy.
 
-FedAvg with no pre-aggregation needs only the weighted sum: :class:`RunningSum`
-keeps ``sum_i w_i u_i`` in float64 (``O(d)`` whatever the number of clients) and
-decodes each upload into a scratch row from a small pool, added once the upload
-is complete and valid, then returned to the pool.
+FedAvg with no pre-aggregation needs only the sum: :class:`RunningSum` keeps
+``sum_i w_i u_i`` in float64 (``O(d)`` whatever the number of clients; ``w_i = 1``
+for an unweighted rule) and decodes each upload into a scratch row from a small
+pool, added once the upload is complete and valid, then returned to the pool.
+
+With a sketch compressor, :class:`SketchSum` is the same running sum over the
+clients' sketches ``[b]`` (the intake keeps each payload's sketch values instead
+of de-sketching it): the sketch is linear, so the sum of sketches is the sketch
+of the sum, de-sketched once when the round closes (and noised before that under
+central DP).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class RowStack:
     """``[n, d]`` rows decoded in place (see the module docstring)."""
 
     needs_rows = True
+    sketch_space = False
 
     def __init__(self, n: int, d: int) -> None:
         self.n, self.d = n, d
@@ -83,9 +90,11 @@ class RunningSum:
     """``sum_i w_i u_i`` and ``sum_i w_i`` (see the module docstring)."""
 
     needs_rows = False
+    sketch_space = False
 
-    def __init__(self, d: int) -> None:
+    def __init__(self, d: int, *, weighted: bool = True) -> None:
         self.d = d
+        self.weighted = weighted
         self.sum: torch.Tensor | None = None
         self.total_weight = 0.0
         self._pool: list[torch.Tensor] = []
@@ -107,8 +116,9 @@ class RunningSum:
             if self.sum is None:
                 self.sum = torch.zeros(self.d, dtype=torch.float64)
             # In-place add promotes the float32 row without a float64 copy.
-            self.sum.add_(buffer, alpha=acc.weight)
-            self.total_weight += acc.weight
+            w = acc.weight if self.weighted else 1.0
+            self.sum.add_(buffer, alpha=w)
+            self.total_weight += w
             self._accepted[acc.row] = acc
             self._pool.append(buffer)
 
@@ -121,6 +131,12 @@ class RunningSum:
         self._pool.clear()
 
 
+class SketchSum(RunningSum):
+    """:class:`RunningSum` over the clients' sketches ``[b]`` (module docstring)."""
+
+    sketch_space = True
+
+
 Accumulator = RowStack | RunningSum
 
-__all__ = ["Accepted", "Accumulator", "RowStack", "RunningSum"]
+__all__ = ["Accepted", "Accumulator", "RowStack", "RunningSum", "SketchSum"]

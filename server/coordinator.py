@@ -292,7 +292,7 @@ class Coordinator:
             )
 
     # ---------------------------------------------------------------- rounds
-    def open_round(self) -> int:
+    def open_round(self) -> int | None:
         return self.driver.open_round()
 
     def close_round(self) -> RoundOutcome:

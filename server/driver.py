@@ -1,7 +1,9 @@
 """The round driver: the coordinator's only loop.
 
-Select clients among the live ones, publish their tasks, wait for updates until
-everyone answered or the deadline passed, then close: with quorum, aggregate
+Select clients among the live ones (a fixed number, or Poisson sampling: each
+live client independently with probability ``selection.rate``), publish their
+tasks, wait for updates until everyone answered or the deadline passed, then
+close: with quorum (under central DP: always), aggregate
 (:mod:`fedplat.server.aggregation`), evaluate, account contributions, checkpoint
 and write the round once (:class:`fedplat.server.recorder.Recorder`); without it,
 retry the round with a fresh selection (the round stays open in the store) up to
@@ -23,15 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fedplat.server.accumulator import RowStack, RunningSum
+from fedplat.server.accumulator import Accumulator, RowStack, RunningSum, SketchSum
 from fedplat.server.aggregation import StepResult, aggregate_round, needs_rows
 from fedplat.server.board import Assignment, RoundState, TaskBoard
 from fedplat.server.closing import RoundCloser
 from fedplat.server.context import RunContext
 from fedplat.server.intake import Intake
-from fedplat.server.registry import ClientRegistry
+from fedplat.server.registry import ClientRegistry, ClientState
 
 from fedplat.compression import derive_seed
+from fedplat.privacy import PrivacyError, poisson_sample, secure_seed
 
 log = logging.getLogger("fedplat.server")
 
@@ -69,6 +72,13 @@ class RoundDriver:
         self.closer = RoundCloser(parts, clock)
         self.attempt = 1
         self.phase = "starting"
+        # Poisson coins: secret under central DP (whoever knows the key knows who
+        # was sampled), else reproducible from the run's seed.
+        self._sampling_key = (
+            secure_seed()
+            if parts.plan.central is not None
+            else derive_seed(self.cfg.run.seed % (1 << 64), 0, "poisson")
+        )
 
     @property
     def finished(self) -> bool:
@@ -105,16 +115,25 @@ class RoundDriver:
             )
 
     # ---------------------------------------------------------------- open
-    def open_round(self) -> int:
-        """Select clients and publish their tasks; returns the round number."""
+    def open_round(self) -> int | None:
+        """Select clients and publish their tasks; returns the round number, or
+        None when the run ended instead (the privacy budget allows no more
+        rounds, or central DP cannot start)."""
         if self.finished:
             raise RuntimeError("run is finished")
         number = self.p.state.model_version + 1
+        if not self._budget_allows(number):
+            return None
         live = self.registry.live()
-        k = self.cfg.clients_this_round(len(live))
-        rng = random.Random(f"{self.cfg.run.seed}:{number}:{self.attempt}")
-        chosen = sorted(rng.sample(live, k), key=lambda c: c.seq) if k else []
-        if not chosen:
+        if not live:
+            raise RuntimeError("no live clients to select")
+        try:
+            chosen = self._select(live, number)
+        except PrivacyError as exc:
+            self.closer.give_up(f"privacy: {exc}")
+            self.board.finish()
+            return None
+        if not chosen and self.cfg.selection.sampling == "fixed":
             raise RuntimeError("no live clients to select")
         assignments = {
             c.client_id: Assignment(
@@ -134,7 +153,14 @@ class RoundDriver:
             bool(self.cfg.aggregator.pre),
             self.p.contribution is not None,
         )
-        acc = RowStack(len(chosen), d) if rows else RunningSum(d)
+        weighted = self.cfg.aggregator.is_weighted
+        acc: Accumulator
+        if rows:
+            acc = RowStack(len(chosen), d)
+        elif self.p.plan.sketcher is not None:
+            acc = SketchSum(self.p.plan.sketch_size(), weighted=weighted)
+        else:
+            acc = RunningSum(d, weighted=weighted)
         now = self.clock()
         deadline = now + self.cfg.deadlines.round_seconds
         state = RoundState(
@@ -166,6 +192,39 @@ class RoundDriver:
         )
         log.info("round %d opened: %d clients selected", number, len(chosen))
         return number
+
+    def _select(self, live: list[ClientState], number: int) -> list[ClientState]:
+        """This attempt's clients, in enrolment order."""
+        sel = self.cfg.selection
+        if sel.sampling == "poisson":
+            assert sel.rate is not None
+            central = self.p.plan.central
+            if central is not None:
+                central.fix_population(self.registry.population())
+            by_seq = {c.seq: c for c in live}
+            seed = derive_seed(self._sampling_key, self.attempt, "poisson")
+            picked = poisson_sample(by_seq, sel.rate, seed=seed, round=number)
+            return [by_seq[s] for s in picked]
+        k = self.cfg.clients_this_round(len(live))
+        rng = random.Random(f"{self.cfg.run.seed}:{number}:{self.attempt}")
+        return sorted(rng.sample(live, k), key=lambda c: c.seq) if k else []
+
+    def _budget_allows(self, number: int) -> bool:
+        """False (and the run completed, reason stored) when round ``number``'s
+        release would pass the privacy budget."""
+        plan = self.p.plan
+        ceiling = plan.ceiling
+        nxt = plan.preview() if ceiling is not None else None
+        if nxt is None or ceiling is None or nxt.epsilon <= ceiling:
+            return True
+        self.closer.budget_spent(
+            f"privacy budget reached: round {number} would bring epsilon to "
+            f"{nxt.epsilon:.4g}, above the maximum {ceiling:g} (delta "
+            f"{nxt.delta:g}); the run stops after round {number - 1}"
+        )
+        self.board.finished = True
+        self.board.finish()
+        return False
 
     def _mark_running(self) -> None:
         rec = self.p.state.record
@@ -221,7 +280,8 @@ class RoundDriver:
     def _close(self, r: RoundState) -> RoundOutcome:
         ok = [cid for cid, o in r.outcomes.items() if o.status == "succeeded"]
         quorum = self.cfg.selection.quorum
-        if len(ok) < quorum:
+        # Under central DP every round releases, whatever arrived (docs/privacy.md).
+        if self.p.plan.central is None and len(ok) < quorum:
             return self._fail(
                 r, f"quorum not reached: {len(ok)} updates, {quorum} needed"
             )
@@ -289,7 +349,8 @@ class RoundDriver:
                     )
                     self.board.finish()
                 break
-            self.open_round()
+            if self.open_round() is None:
+                break
             self.wait_round(stop)
             if stop.is_set():
                 # Shutting down mid-round: it stays open in the store; a restart

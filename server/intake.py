@@ -186,9 +186,10 @@ class Intake:
             sink = PayloadSink(
                 row,
                 header.total_bytes,
-                self.plan.decode,
+                self.plan.decoder(r.accumulator.sketch_space),
                 seed=self.plan.seed,
                 round=r.number,
+                d=self.layout.numel,
             )
         except PayloadError as exc:
             self._settle(r, a, "rejected", str(exc))

@@ -44,7 +44,9 @@ class CompressionSpec:
 @dataclass(frozen=True)
 class PrivacySpec:
     """Client-side DP duties: ``local`` clips and noises what leaves the device;
-    ``central`` only clips (the coordinator adds the noise)."""
+    ``central``: none on the plain path (the coordinator clips to ``clip_norm``,
+    this round's, and adds the noise); under secure aggregation the client clips
+    to ``clip_norm`` itself."""
 
     mode: Literal["local", "central"]
     clip_norm: float

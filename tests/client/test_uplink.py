@@ -69,11 +69,12 @@ def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
             rounds=3,
             clients=4,
             aggregator={"name": "fedavg", "weighted": False},
+            selection={"sampling": "poisson", "rate": 1.0, "quorum": 1},
             privacy={
                 "mode": "central",
                 "epsilon": 8.0,
                 "delta": 1e-5,
-                "clip_norm": 1.0,
+                "clip_norm": 0.5,
             },
         )
     )
@@ -83,9 +84,10 @@ def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
     assert len(eps) == 3 and eps == sorted(eps) and 0 < eps[-1] <= 8.0 + 1e-6
     # Calibrated for all rounds: the last round spends (almost exactly) the budget.
     assert eps[-1] > 7.5
-    # Honest clients clip before sending, so the coordinator had nothing to clip.
+    # Clients send their updates as they are; the coordinator clips (two epochs
+    # of digits move the model by more than 0.5) and says so.
     flags = [p.verdict.flags for p in store.list_participations(res.run_id, 1)]
-    assert not any("dp-clipped" in f for f in flags)
+    assert all("dp-clipped" in f for f in flags)
 
 
 def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
@@ -96,6 +98,7 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
         run_config(
             tmp_path,
             aggregator={"name": "fedavg", "weighted": False},
+            selection={"sampling": "poisson", "rate": 0.5, "quorum": 1},
             privacy={"mode": "central", "noise_multiplier": 1.0, "clip_norm": 1.0},
         )
     )
