@@ -137,6 +137,46 @@ class SketchSum(RunningSum):
     sketch_space = True
 
 
+class MaskedSum(RunningSum):
+    """The sum of a secure-aggregation round (the coordinator never sees a row).
+
+    Uploads are refused (:meth:`acquire`): clients send masked inputs through the
+    ``SecAgg`` call, and :meth:`set_result` stores the unmasked sum of the
+    survivors' clipped vectors ``[dim]`` (the update, or its sketch when
+    ``sketch_space``) and, under adaptive clipping, the count of unclipped
+    updates the clients appended.
+    """
+
+    def __init__(self, d: int, *, sketch_space: bool) -> None:
+        super().__init__(d, weighted=False)
+        self.sketch_space = sketch_space
+        self.unclipped: int | None = None
+
+    def acquire(self, row: int) -> torch.Tensor:
+        from fedplat.compression.wire import PayloadError
+
+        raise PayloadError(
+            "this round uses secure aggregation: send the masked input through "
+            "the SecAgg call, not an upload"
+        )
+
+    def set_result(
+        self, total: torch.Tensor, accepted: list[Accepted], unclipped: int | None
+    ) -> None:
+        with self._lock:
+            self.sum = total.to(torch.float64)
+            self.total_weight = float(len(accepted))
+            self._accepted = {a.row: a for a in accepted}
+            self.unclipped = unclipped
+
+
 Accumulator = RowStack | RunningSum
 
-__all__ = ["Accepted", "Accumulator", "RowStack", "RunningSum", "SketchSum"]
+__all__ = [
+    "Accepted",
+    "Accumulator",
+    "MaskedSum",
+    "RowStack",
+    "RunningSum",
+    "SketchSum",
+]

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 
 import torch
 from fedplat.aggregators import AggregationError, AggregationResult, Aggregator
-from fedplat.server.accumulator import Accepted, Accumulator, RowStack, RunningSum
+from fedplat.server.accumulator import (
+    Accepted,
+    Accumulator,
+    MaskedSum,
+    RowStack,
+    RunningSum,
+)
 from fedplat.server.optimizers import ServerOptimizer
 
 from fedplat.store import Verdict
@@ -115,7 +121,11 @@ def _dp_release(
     assert plan.central is not None
     accepted = acc.accepted()
     total = acc.sum if acc.sum is not None else torch.zeros(acc.d, dtype=torch.float64)
-    unclipped = sum(1 for a in accepted if a.client_id not in clipped)
+    unclipped = (
+        acc.unclipped
+        if isinstance(acc, MaskedSum) and acc.unclipped is not None
+        else sum(1 for a in accepted if a.client_id not in clipped)
+    )
     rel = plan.central.release(
         total,
         len(accepted),

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from fedplat.server.accumulator import Accumulator
 
@@ -115,6 +116,8 @@ class RoundState:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     by_task: dict[str, Assignment] = field(default_factory=dict)
+    # Secure aggregation's state (fedplat.server.secagg_round.SecAggRound).
+    secagg: Any = None
 
     def __post_init__(self) -> None:
         self.by_task = {a.task_id: a for a in self.assignments.values()}

@@ -294,6 +294,26 @@ class AdaptiveClipSection(Strict):
     count_noise_std: float | None = Field(default=None, gt=0)
 
 
+class SecureAggregationSection(Strict):
+    """Secure aggregation (Bonawitz et al. 2017; SecAgg+ of Bell et al. 2020) of
+    the clipped updates under central DP: the coordinator only learns their sum.
+
+    ``sparse``: SecAgg+ (a Harary graph of ``k`` neighbours sized for
+    ``dropout_rate`` and ``corrupt_rate``) instead of every pair; ``rotate``: the
+    randomized Hadamard rotation before quantization; ``min_fraction``: the round
+    aborts (and releases noise only) when fewer of the selected clients remain;
+    ``phase_seconds``: deadline of each phase after the keys are advertised
+    (advertising waits for training, until ``deadlines.round_seconds``).
+    """
+
+    sparse: bool = True
+    dropout_rate: float = Field(default=0.1, ge=0.0, lt=1.0)
+    corrupt_rate: float = Field(default=0.05, ge=0.0, lt=1.0)
+    rotate: bool = True
+    min_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    phase_seconds: float = Field(default=30.0, gt=0)
+
+
 class PrivacySection(Strict):
     """Differential privacy of client updates.
 
@@ -322,6 +342,7 @@ class PrivacySection(Strict):
     max_epsilon: float | None = Field(default=None, gt=0)
     population: int | None = Field(default=None, ge=1)
     adaptive_clip: AdaptiveClipSection | None = None
+    secure_aggregation: SecureAggregationSection | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PrivacySection:
@@ -332,10 +353,13 @@ class PrivacySection(Strict):
         ):
             raise ValueError("privacy: give epsilon (to calibrate) or noise_multiplier")
         if self.mode != "central" and (
-            self.adaptive_clip is not None or self.population is not None
+            self.adaptive_clip is not None
+            or self.population is not None
+            or self.secure_aggregation is not None
         ):
             raise ValueError(
-                "privacy.adaptive_clip and privacy.population need mode: central"
+                "privacy.adaptive_clip, population and secure_aggregation need "
+                "mode: central"
             )
         if self.mode == "none" and self.max_epsilon is not None:
             raise ValueError("privacy.max_epsilon needs mode local or central")
@@ -472,6 +496,19 @@ class RunConfig(Strict):
                     "contribution scoring reads each client's update and publishes "
                     "per-client scores, which central DP does not cover; turn one off"
                 )
+            if self.privacy.secure_aggregation is not None:
+                from fedplat.secagg import SecAggError, check_secagg_compatible
+
+                try:
+                    check_secagg_compatible(
+                        aggregator=self.aggregator.name,
+                        weighted=self.aggregator.is_weighted,
+                        pre_aggregators=[p.name for p in self.aggregator.pre],
+                        compression=self.compression.name,
+                        contribution_scoring=self.contribution.enabled,
+                    )
+                except SecAggError as exc:
+                    raise ValueError(f"privacy.secure_aggregation: {exc}") from None
             if sel.quorum > 1:
                 raise ValueError(
                     "selection.quorum is not used under central DP (every round "

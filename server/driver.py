@@ -25,16 +25,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fedplat.server.accumulator import Accumulator, RowStack, RunningSum, SketchSum
+from fedplat.server.accumulator import (
+    Accumulator,
+    MaskedSum,
+    RowStack,
+    RunningSum,
+    SketchSum,
+)
 from fedplat.server.aggregation import StepResult, aggregate_round, needs_rows
 from fedplat.server.board import Assignment, RoundState, TaskBoard
 from fedplat.server.closing import RoundCloser
 from fedplat.server.context import RunContext
 from fedplat.server.intake import Intake
 from fedplat.server.registry import ClientRegistry, ClientState
+from fedplat.server.secagg_round import SecAggRound, settle_secagg
 
 from fedplat.compression import derive_seed
 from fedplat.privacy import PrivacyError, poisson_sample, secure_seed
+from fedplat.secagg import SecAggConfig, SecAggError
 
 log = logging.getLogger("fedplat.server")
 
@@ -135,6 +143,9 @@ class RoundDriver:
             return None
         if not chosen and self.cfg.selection.sampling == "fixed":
             raise RuntimeError("no live clients to select")
+        secagg_config = self._secagg_config(chosen, number)
+        if secagg_config is None and self.p.plan.secure:
+            chosen = []  # too few for secure aggregation: the round releases noise
         assignments = {
             c.client_id: Assignment(
                 c.client_id,
@@ -155,9 +166,13 @@ class RoundDriver:
         )
         weighted = self.cfg.aggregator.is_weighted
         acc: Accumulator
-        if rows:
+        plan = self.p.plan
+        if plan.secure:
+            sk = plan.sketcher is not None
+            acc = MaskedSum(plan.sketch_size() if sk else d, sketch_space=sk)
+        elif rows:
             acc = RowStack(len(chosen), d)
-        elif self.p.plan.sketcher is not None:
+        elif plan.sketcher is not None:
             acc = SketchSum(self.p.plan.sketch_size(), weighted=weighted)
         else:
             acc = RunningSum(d, weighted=weighted)
@@ -173,6 +188,15 @@ class RoundDriver:
             acc,
             len(live),
         )
+        if secagg_config is not None:
+            s = self.cfg.privacy.secure_aggregation
+            assert s is not None
+            state.secagg = SecAggRound(
+                secagg_config,
+                {c.client_id: c.seq for c in chosen},
+                train_deadline=deadline,
+                phase_seconds=s.phase_seconds,
+            )
         self._mark_running()
         self.p.store.open_round(
             self.p.run_id,
@@ -209,6 +233,25 @@ class RoundDriver:
         rng = random.Random(f"{self.cfg.run.seed}:{number}:{self.attempt}")
         return sorted(rng.sample(live, k), key=lambda c: c.seq) if k else []
 
+    def _secagg_config(
+        self, chosen: list[ClientState], number: int
+    ) -> SecAggConfig | None:
+        """The round's secure-aggregation parameters (None: not used, or too few
+        clients for the protocol, which needs three)."""
+        if not self.p.plan.secure or not chosen:
+            return None
+        try:
+            return self.p.plan.secagg_config(len(chosen))
+        except SecAggError as exc:
+            self.p.recorder.event(
+                "secagg_skipped",
+                f"round {number}: {len(chosen)} clients sampled, too few for secure "
+                f"aggregation ({exc}); the round releases noise only",
+                level="warning",
+                round_number=number,
+            )
+            return None
+
     def _budget_allows(self, number: int) -> bool:
         """False (and the run completed, reason stored) when round ``number``'s
         release would pass the privacy budget."""
@@ -242,6 +285,13 @@ class RoundDriver:
     # ---------------------------------------------------------------- wait
     def round_done(self, r: RoundState) -> bool:
         now = self.clock()
+        if r.secagg is not None:
+            # Its phases have their own deadlines (SecAggRound).
+            with self.board.lock:
+                changed = r.secagg.tick(now)
+            if changed:
+                self.board.signal.notify()
+            return bool(r.secagg.finished)
         with self.board.lock:
             answered = len(r.answered)
             ok = sum(o.status == "succeeded" for o in r.outcomes.values())
@@ -261,7 +311,9 @@ class RoundDriver:
             return
         while not self.round_done(r) and not (stop is not None and stop.is_set()):
             gen = self.board.signal.gen
-            self.board.signal.wait(gen, max(0.01, min(0.5, r.deadline - self.clock())))
+            left = r.deadline - self.clock()
+            # Secure-aggregation phases run past the training deadline.
+            self.board.signal.wait(gen, 0.5 if r.secagg else max(0.01, min(0.5, left)))
 
     # ---------------------------------------------------------------- close
     def close_round(self) -> RoundOutcome:
@@ -278,6 +330,8 @@ class RoundDriver:
         return outcome
 
     def _close(self, r: RoundState) -> RoundOutcome:
+        if r.secagg is not None:
+            settle_secagg(r, self.p.plan, self.p.recorder)
         ok = [cid for cid, o in r.outcomes.items() if o.status == "succeeded"]
         quorum = self.cfg.selection.quorum
         # Under central DP every round releases, whatever arrived (docs/privacy.md).

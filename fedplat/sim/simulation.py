@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from fedplat.client import Client
 from fedplat.server.config import RunConfig
@@ -65,6 +66,21 @@ def admit(store: Store, cfg: RunConfig, clients: Sequence[Client]) -> None:
         c.enrolment_token = secret
 
 
+def _secure_aggregation(
+    coord: Coordinator, r: Any, selected: Sequence[Client], clock: VirtualClock
+) -> None:
+    """Step the selected clients through the protocol's phases; a phase that
+    waits for a client that stopped answering closes at its deadline (the clock
+    jumps there)."""
+    sa = r.secagg
+    while not coord.driver.round_done(r):
+        phase = sa.phase
+        for c in selected:
+            c.step(wait_seconds=0.0)
+        if not coord.driver.round_done(r) and sa.phase == phase:
+            clock.t = max(clock.t, sa.phase_deadline)
+
+
 def simulate(
     cfg: RunConfig,
     build_client: ClientBuilder,
@@ -114,8 +130,11 @@ def simulate(
                 break
             r = coord.current_round
             assert r is not None
-            for cid in list(r.assignments):
-                by_id[cid].step(wait_seconds=0.0)
+            selected = [by_id[cid] for cid in r.assignments]
+            for c in selected:
+                c.step(wait_seconds=0.0)
+            if r.secagg is not None:
+                _secure_aggregation(coord, r, selected, clock)
             clock.advance(1.0)
             outcome = coord.close_round()
             outcomes.append(outcome)

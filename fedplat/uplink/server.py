@@ -32,11 +32,13 @@ from fedplat.privacy import (
     RoundPrivacy,
     noise_multiplier_for,
 )
+from fedplat.secagg import SecAggConfig
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.uplink.central import CentralDP, Release
 from fedplat.uplink.task import (
     CompressionSpec,
     PrivacySpec,
+    SecAggSpec,
     TaskConfig,
     TrainingSettings,
 )
@@ -104,8 +106,9 @@ class UplinkPlan:
         out = sk.desketch(values, self.layout.numel, round=round, seed=self.seed)
         return out.to(torch.float32)
 
-    def task_config(self, seed: int) -> TaskConfig:
-        """The task config of one client's round (``seed``: its training seed)."""
+    def task_config(self, seed: int, secagg: SecAggSpec | None = None) -> TaskConfig:
+        """The task config of one client's round (``seed``: its training seed;
+        ``secagg``: its part in the round's secure aggregation)."""
         c, t = self.cfg.compression, self.cfg.client_training
         privacy = None
         if self.mode in ("local", "central"):
@@ -124,6 +127,7 @@ class UplinkPlan:
             compression_seed=self.seed,
             privacy=privacy,
             seed=seed,
+            secagg=secagg,
         )
 
     def decoder(self, sketch_space: bool) -> Callable[[Payload], torch.Tensor]:
@@ -146,6 +150,37 @@ class UplinkPlan:
         if spec != self.sketch_spec(spec.round):
             raise PayloadError("sketch method or shape differs from the run's")
         return payload.values.to(torch.float32)
+
+    # -------------------------------------------------------------- secure agg
+    @property
+    def secure(self) -> bool:
+        """Whether rounds run secure aggregation."""
+        return self.cfg.privacy.secure_aggregation is not None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.central is not None and self.central.adaptive is not None
+
+    def secagg_config(self, clients: int) -> SecAggConfig:
+        """A fresh round's secure-aggregation parameters for ``clients`` parties:
+        the masked vector is the update (or its sketch), plus the scaled
+        unclipped bit under adaptive clipping."""
+        s = self.cfg.privacy.secure_aggregation
+        assert s is not None
+        dim = self.sketch_size() if self.sketcher is not None else self.layout.numel
+        clip = self.clip_norm
+        if self.adaptive:
+            dim, clip = dim + 1, clip * math.sqrt(2.0)
+        return SecAggConfig.create(
+            dim=dim,
+            clip_norm=clip,
+            clients=clients,
+            dropout_rate=s.dropout_rate,
+            corrupt_rate=s.corrupt_rate,
+            sparse=s.sparse,
+            rotate=s.rotate,
+            min_fraction=s.min_fraction,
+        )
 
     # -------------------------------------------------------------- central DP
     @property
