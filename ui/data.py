@@ -35,6 +35,7 @@ from fedplat.store import (
 # Metric names written by other components (see their modules); the monitor only
 # reads them, so they are spelled out once here.
 METRIC_EPSILON = "privacy.epsilon"
+METRIC_MAX_EPSILON = "privacy.max_epsilon"
 METRIC_COMPRESSION = "compression.ratio"
 #: The store rejects infinities, so privacy accounting records an unbounded ε as
 #: 1e308; anything this large is shown as "unbounded" rather than plotted.
@@ -552,6 +553,7 @@ __all__ = [
     "EPSILON_UNBOUNDED",
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
+    "METRIC_MAX_EPSILON",
     "METRIC_REWARD",
     "METRIC_SCORE",
     "OUTCOMES",

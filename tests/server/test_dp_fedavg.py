@@ -316,3 +316,29 @@ def test_adaptive_clipping_through_the_coordinator(tmp_path: Path) -> None:
     # Every digits update is far above 0.05: C grows round after round.
     assert len(clip) == 4 and clip == sorted(clip) and clip[-1] > clip[0]
     assert len(frac) == 4 and all(math.isfinite(f) for f in frac)
+
+
+def test_rounds_that_sample_nobody_complete_and_are_stored(tmp_path: Path) -> None:
+    from fedplat.store.check import check_store
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            rounds=3,
+            clients=2,
+            min_available=1,
+            aggregator={"name": "fedavg", "weighted": False},
+            selection={"sampling": "poisson", "rate": 0.001, "quorum": 1},
+            privacy={"mode": "central", "noise_multiplier": 1.0},
+        )
+    )
+    res = simulate(cfg, _build(2), 2)
+    assert [r.completed for r in res.rounds] == [True, True, True]
+    store = Store(cfg.store.url, migrate=False)
+    try:
+        rounds = store.list_rounds(res.run_id)
+        assert sum(r.num_selected for r in rounds) <= 1  # almost surely 0
+        assert len(store.list_metrics(res.run_id, "privacy.epsilon")) == 3
+        assert check_store(store) == []
+    finally:
+        store.close()
