@@ -130,7 +130,7 @@ def _dp_release(
         total,
         len(accepted),
         unclipped,
-        (lambda s: plan.desketch(s, round_number)) if acc.sketch_space else None,
+        plan.sketch_sum(round_number) if acc.sketch_space else None,
     )
     return rel, accepted, _verdicts(accepted, 1.0 / rel.expected, clipped)
 

@@ -35,19 +35,23 @@ moves ``C``, so a round that fails after aggregating leaves no trace.
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fedplat.compression.sketch import AMSSketch, CountSketch, GaussianSketch
+from fedplat.compression.wire import SketchSpec, sketch_payload
 from fedplat.privacy import (
     AdaptiveClip,
     PrivacyBudget,
     PrivacyError,
     RoundPrivacy,
     dp_fedavg_release,
+    dp_sketch_release,
     expected_clients,
     make_noise_generator,
     noise_multiplier_for,
@@ -55,10 +59,22 @@ from fedplat.privacy import (
 )
 from fedplat.server.config import ConfigError, RunConfig
 
-__all__ = ["CentralDP", "Release"]
+__all__ = ["CentralDP", "Release", "SketchSum", "Sketcher"]
+
+Sketcher = CountSketch | GaussianSketch | AMSSketch
 
 #: Metric written when the budget stops a run (read by the monitor).
 METRIC_MAX_EPSILON = "privacy.max_epsilon"
+
+
+@dataclass(frozen=True)
+class SketchSum:
+    """What de-sketches a round's summed sketches: the run's sketcher, the
+    round's spec (seed, round) and the model's ``d``."""
+
+    sketcher: Sketcher
+    spec: SketchSpec
+    d: int
 
 
 @dataclass(frozen=True)
@@ -178,26 +194,35 @@ class CentralDP:
         total: torch.Tensor,
         count: int,
         unclipped: int,
-        desketch: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        sketch: SketchSum | None = None,
     ) -> Release:
-        """Noise the sum ``total`` (``[d]``, or the sketch sum ``[b]`` with
-        ``desketch`` mapping a sketch to ``[d]``) and divide by ``m``."""
-        rel = dp_fedavg_release(
-            total,
-            count,
-            expected=self.expected,
-            clip_norm=self.clip,
-            noise_multiplier=self.sum_multiplier,
-            generator=self._noise,
-        )
-        mean = rel.mean if desketch is None else desketch(rel.mean)
+        """Noise the sum ``total`` and divide by ``m``: ``[d]`` updates
+        (:func:`dp_fedavg_release`), or the sum of ``[b]`` sketches, noised in
+        sketch space and de-sketched (:func:`dp_sketch_release`, each sketch was
+        clipped: norm bound 1)."""
+        m, c, z, g = self.expected, self.clip, self.sum_multiplier, self._noise
+        if sketch is None:
+            rel = dp_fedavg_release(
+                total, count, expected=m, clip_norm=c, noise_multiplier=z, generator=g
+            )
+        else:
+            rel = dp_sketch_release(
+                sketch_payload(sketch.spec, sketch.d, total.to(torch.float32)),
+                count,
+                sketcher=sketch.sketcher,
+                expected=m,
+                clip_norm=c,
+                noise_multiplier=z,
+                generator=g,
+            )
+        mean = rel.mean
         next_clip, b_bar = self.clip, None
         if self.adaptive is not None:
             b_bar = self.adaptive.unclipped_fraction(
                 unclipped, count, generator=self._noise
             )
-            lr, target = self.adaptive.learning_rate, self.adaptive.target_quantile
-            next_clip = self.clip * math.exp(-lr * (b_bar - target))
+            # The geometric step on a copy: C moves only when the round is spent.
+            next_clip = copy.copy(self.adaptive).step_towards(b_bar)
         return Release(
             mean.to(torch.float32),
             count,

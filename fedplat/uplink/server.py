@@ -34,7 +34,7 @@ from fedplat.privacy import (
 )
 from fedplat.secagg import SecAggConfig
 from fedplat.server.config import ConfigError, RunConfig
-from fedplat.uplink.central import CentralDP, Release
+from fedplat.uplink.central import CentralDP, Release, Sketcher, SketchSum
 from fedplat.uplink.task import (
     CompressionSpec,
     PrivacySpec,
@@ -43,8 +43,6 @@ from fedplat.uplink.task import (
     TrainingSettings,
 )
 from fedplat.vectors import Layout
-
-Sketcher = CountSketch | GaussianSketch | AMSSketch
 
 
 class UplinkPlan:
@@ -67,6 +65,8 @@ class UplinkPlan:
         if p.mode == "central":
             self.central = CentralDP(cfg)
             self.sigma = self.central.z
+            if p.secure_aggregation is not None:
+                self._check_secagg_size()
         elif p.mode == "local":
             try:
                 self.sigma = p.noise_multiplier or noise_multiplier_for(
@@ -85,7 +85,9 @@ class UplinkPlan:
     def sketcher(self) -> Sketcher | None:
         """The run's compressor when it is a sketch (summed in sketch space)."""
         comp = self.compressor
-        return comp if isinstance(comp, Sketcher) else None
+        return (
+            comp if isinstance(comp, CountSketch | GaussianSketch | AMSSketch) else None
+        )
 
     def sketch_spec(self, round: int) -> SketchSpec:
         sk = self.sketcher
@@ -98,6 +100,12 @@ class UplinkPlan:
         """``b``: values in one sketch."""
         spec = self.sketch_spec(0)
         return spec.rows * spec.cols
+
+    def sketch_sum(self, round: int) -> SketchSum:
+        """What de-sketches round ``round``'s summed sketches."""
+        sk = self.sketcher
+        assert sk is not None
+        return SketchSum(sk, self.sketch_spec(round), self.layout.numel)
 
     def desketch(self, values: torch.Tensor, round: int) -> torch.Tensor:
         """``R_t^T s`` ``[d]`` of a (summed, noised) sketch ``s`` ``[b]``."""
@@ -160,6 +168,23 @@ class UplinkPlan:
     @property
     def adaptive(self) -> bool:
         return self.central is not None and self.central.adaptive is not None
+
+    def _check_secagg_size(self) -> None:
+        """A masked input travels in one message: refuse a model whose masked
+        vector (one uint32 per coordinate, padded to a power of two when
+        rotated) cannot fit the server's message limit."""
+        s = self.cfg.privacy.secure_aggregation
+        assert s is not None
+        dim = self.sketch_size() if self.sketcher is not None else self.layout.numel
+        dim += 1 if self.cfg.privacy.adaptive_clip is not None else 0
+        ring = 1 << (dim - 1).bit_length() if s.rotate else dim
+        need = 4 * ring + 64 * 1024
+        if need > self.cfg.server.max_message_bytes:
+            raise ConfigError(
+                f"privacy.secure_aggregation: a masked input of {ring:,} values "
+                f"needs {need:,} bytes per message; raise server.max_message_bytes "
+                "or compress with a sketch"
+            )
 
     def secagg_config(self, clients: int) -> SecAggConfig:
         """A fresh round's secure-aggregation parameters for ``clients`` parties:
