@@ -43,7 +43,6 @@ import json
 import logging
 import multiprocessing as mp
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -56,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.common import environment, write_results
+from bench.common import environment, round_progress, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dp_fedavg.json"
 EPSILONS: tuple[float | None, ...] = (None, 8.0, 4.0, 2.0)
@@ -293,15 +292,7 @@ def run_row(
     cfg = parse_config(run_config(setup, row, workdir, evaluate), f"<{row.name}>")
     t0 = time.perf_counter()
 
-    def progress(outcome: Any) -> None:
-        if outcome.accuracy is not None:
-            print(
-                f"[{row.name}] round {outcome.number}/{setup.rounds} acc "
-                f"{outcome.accuracy:.4f} ({time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
+    progress = round_progress(row.name, setup.rounds)
     res = simulate(cfg, _client_builder(setup), setup.clients, on_round=progress)
     wall = time.perf_counter() - t0
     store = Store(cfg.store.url, migrate=False)
