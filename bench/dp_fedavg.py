@@ -388,16 +388,26 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """The table of docs/privacy.md, rendered from ``dp_fedavg.json`` (a test
+    """The tables of docs/privacy.md, rendered from ``dp_fedavg.json`` (a test
     checks that the committed docs contain exactly this text)."""
-    s = results["setup"]
     lines = [
         f"{results['clients']:,} clients, q = {results['sample_rate']:g}, "
-        f"{results['rounds']} rounds, delta = {results['delta']:g}; MLP "
-        f"784-{'-'.join(str(h) for h in s['hidden'])}-10 (d = {s['d']:,}), clip "
-        f"norm {s['clip_norm']:g}, client lr {s['client_lr']:g}, "
-        f"{s['local_epochs']} local epoch(s), server lr {s['server_lr']:g} "
-        f"(momentum {s['server_momentum']:g}); accuracy on the test split.",
+        f"{results['rounds']} rounds, delta = {results['delta']:g}; accuracy on "
+        "the 10,000 test images. Hyperparameters chosen on the validation split "
+        "for each kind of row:",
+        "",
+        "| rows | MLP | d | clip norm | client lr | local epochs | server lr "
+        "(momentum) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, h in results["setups"].items():
+        hidden = "-".join(str(x) for x in h["hidden"])
+        lines.append(
+            f"| {name} | 784-{hidden}-10 | {h['d']:,} | {h['clip_norm']:g} | "
+            f"{h['client_lr']:g} | {h['local_epochs']} | {h['server_lr']:g} "
+            f"({h['server_momentum']:g}) |"
+        )
+    lines += [
         "",
         "| epsilon target | sketch | final accuracy | epsilon spent | noise "
         "multiplier | uplink bytes | wall s |",
@@ -444,61 +454,86 @@ def _listed(config: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
-def tune(setup: Setup, out: Path) -> dict[str, Any]:
-    """Run the grid on the validation split (never the test split)."""
+def _key(dp: bool, sketch: bool) -> str:
+    """The tuning result's name of one kind of row."""
+    return (
+        f"validation_accuracy_{'eps4' if dp else 'no_dp'}{'_sketch' if sketch else ''}"
+    )
+
+
+def tune(
+    setup: Setup,
+    out: Path,
+    *,
+    sketch: bool = False,
+    configs: Sequence[int] | None = None,
+    no_dp: bool = True,
+) -> dict[str, Any]:
+    """Run grid configs on the validation split (never the test split) at
+    epsilon 4 (and, with ``no_dp``, without DP), dense or count-sketched; the
+    accuracies are merged into ``out``'s grid entries (others are kept)."""
     started = time.perf_counter()
-
-    # Without DP nothing is clipped: configs differing only in clip_norm share
-    # one no-DP run.
-    def plain_key(g: dict[str, Any]) -> str:
-        return json.dumps(_listed({k: v for k, v in g.items() if k != "clip_norm"}))
-
-    plain = {plain_key(g): replace(setup, **g) for g in GRID}
-    jobs = [(replace(setup, **g), Row(TUNE_EPSILON, False)) for g in GRID]
-    jobs += [(s, Row(None, False)) for s in plain.values()]
-    rows = _run_jobs(jobs, setup.jobs, "validation")
-    by_plain = dict(zip(plain, rows[len(GRID) :], strict=True))
-    results: list[dict[str, Any]] = []
-    for g, dp in zip(GRID, rows, strict=True):
-        plain_row = by_plain[plain_key(g)]
-        results.append(
-            {
-                "config": _listed(g),
-                "validation_accuracy_eps4": dp["final_accuracy"],
-                "validation_accuracy_no_dp": plain_row["final_accuracy"],
-                "curves": {
-                    "eps4": dp["details"]["accuracy_curve"],
-                    "no_dp": plain_row["details"]["accuracy_curve"],
-                },
-                "wall_s": dp["wall_s"],
-                "wall_s_no_dp": plain_row["wall_s"],
-            }
-        )
+    picked = list(range(len(GRID)) if configs is None else configs)
+    kinds = [True, False] if no_dp else [True]
+    jobs = [
+        (replace(setup, **GRID[i]), Row(TUNE_EPSILON if dp else None, sketch))
+        for i in picked
+        for dp in kinds
+    ]
+    rows = iter(_run_jobs(jobs, setup.jobs, "validation"))
+    old = json.loads(out.read_text()) if out.is_file() else {}
+    grid = old.get("grid") or [{"config": _listed(g)} for g in GRID]
+    for i in picked:
+        entry = grid[i]
+        assert entry["config"] == _listed(GRID[i]), "the grid changed: re-run"
+        for dp in kinds:
+            r = next(rows)
+            key = _key(dp, sketch)
+            entry[key] = r["final_accuracy"]
+            entry.setdefault("curves", {})[key] = r["details"]["accuracy_curve"]
+            entry.setdefault("wall_s", {})[key] = r["wall_s"]
+    runs = old.get("runs", [])
+    runs.append(
+        {
+            "configs": picked,
+            "kinds": [_key(dp, sketch) for dp in kinds],
+            "environment": environment(started),
+        }
+    )
     tuning = {
+        **old,
         "criterion": "validation accuracy (held-out training images) at the last "
-        f"of {setup.rounds} rounds; DP rows: best at epsilon {TUNE_EPSILON:g}, "
-        "no-DP rows: best without DP",
+        f"of {setup.rounds} rounds; each kind of row (DP or not, sketched or "
+        f"not) takes the best config of the grid, DP rows as measured at epsilon "
+        f"{TUNE_EPSILON:g}",
         "validation_images": setup.validation,
         "base": setup.hyper,
-        "grid": results,
-        "environment": environment(started),
+        "grid": grid,
+        "runs": runs,
     }
     write_results(out, tuning, started)
     return tuning
 
 
-def chosen(setup: Setup, tuning: dict[str, Any] | None) -> tuple[Setup, Setup]:
-    """(setup of the DP rows, setup of the no-DP rows) from the tuning results."""
-    if not tuning:
-        return setup, setup
-
-    def best(key: str) -> Setup:
-        g = max(tuning["grid"], key=lambda r: r[key])["config"]
-        return replace(
-            setup, **{k: tuple(v) if isinstance(v, list) else v for k, v in g.items()}
-        )
-
-    return best("validation_accuracy_eps4"), best("validation_accuracy_no_dp")
+def chosen(
+    setup: Setup, tuning: dict[str, Any] | None
+) -> dict[tuple[bool, bool], Setup]:
+    """``(dp, sketch) -> setup`` of each kind of row: the best grid config among
+    those measured for that kind; a kind not tuned takes the dense row's config
+    (sketched rows) or ``setup``."""
+    out = {}
+    for dp in (True, False):
+        for sketch in (False, True):
+            key = _key(dp, sketch)
+            out[dp, sketch] = out[dp, False] if sketch else setup
+            measured = [r for r in (tuning or {}).get("grid", []) if key in r]
+            if measured:
+                g = max(measured, key=lambda r: r[key])["config"]
+                out[dp, sketch] = replace(
+                    setup,
+                    **{k: tuple(v) if isinstance(v, list) else v for k, v in g.items()},
+                )
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -509,6 +544,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, help="rows run at once (processes)")
     ap.add_argument(
         "--tune", action="store_true", help="run the validation grid and exit"
+    )
+    ap.add_argument(
+        "--sketch", action="store_true", help="with --tune: the count-sketched rows"
+    )
+    ap.add_argument("--configs", help="with --tune: grid indices, e.g. 2,3")
+    ap.add_argument(
+        "--dp-only", action="store_true", help="with --tune: only epsilon 4"
     )
     ap.add_argument(
         "--markdown",
@@ -525,15 +567,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs:
         setup = replace(setup, jobs=args.jobs)
     if args.tune:
-        tune(setup, args.out.with_name(TUNING_RESULTS.name))
+        configs = [int(x) for x in args.configs.split(",")] if args.configs else None
+        tune(
+            setup,
+            args.out.with_name(TUNING_RESULTS.name),
+            sketch=args.sketch,
+            configs=configs,
+            no_dp=not args.dp_only,
+        )
         return 0
     tuning = None
     if not args.tiny and TUNING_RESULTS.is_file():
         tuning = json.loads(TUNING_RESULTS.read_text())
-    dp_setup, plain_setup = chosen(setup, tuning)
+    setups = chosen(setup, tuning)
     started = time.perf_counter()
     jobs = [
-        (plain_setup if eps is None else dp_setup, Row(eps, sk))
+        (setups[eps is not None, sk], Row(eps, sk))
         for eps in setup.epsilons
         for sk in (False, True)
     ]
@@ -547,8 +596,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "delta": setup.delta,
         "rows": out,
         "goals": goals(out),
-        "setup": {**asdict(dp_setup), "d": model_dim(dp_setup)},
-        "setup_no_dp": {**asdict(plain_setup), "d": model_dim(plain_setup)},
+        "setup": {**asdict(setup), "d": model_dim(setup)},
+        "setups": {
+            f"{'dp' if dp else 'no_dp'}{'_sketch' if sk else ''}": {
+                **s.hyper,
+                "d": model_dim(s),
+            }
+            for (dp, sk), s in setups.items()
+        },
         "tuning": tuning,
         "environment": environment(started),
     }

@@ -236,3 +236,29 @@ def test_config_refuses_what_needs_individual_updates(
         raw[k] = {**raw.get(k, {}), **v}
     with pytest.raises(ConfigError, match=match):
         parse_config(raw)
+
+
+def test_sketches_and_the_clipping_bit_under_secure_aggregation(
+    tmp_path: Path, recorded: dict[str, Any]
+) -> None:
+    """Clients mask their clipped count-sketches plus ``C * [not clipped]``; the
+    coordinator's unmasked sum is the plain sum of those vectors, and the last
+    coordinate gives adaptive clipping its count."""
+    raw = _config(
+        tmp_path,
+        clip_norm=0.01,  # every digits update is larger: all clipped, bits 0
+        noise_multiplier=0.3,
+        adaptive_clip={"count_noise_std": 1.0},
+    )
+    raw["compression"] = {"name": "countsketch", "params": {"rows": 1, "cols": 400}}
+    cfg = parse_config(raw)
+    res = simulate(cfg, lambda i, f: digits_client(i, f, 5), 5)
+    assert [r.num_succeeded for r in res.rounds] == [5, 5]
+    _check_sums(recorded, 2, dropped_in_first=0)
+    for number, result in recorded["results"].items():
+        vectors = recorded["vectors"][number]
+        assert all(v.shape == (401,) and float(v[-1]) == 0.0 for v in vectors.values())
+        assert abs(float(result.total[-1])) < 1e-3  # no client was unclipped
+    with Store(cfg.store.url, migrate=False) as store:
+        clip = [m.value for m in store.list_metrics(res.run_id, "privacy.clip_norm")]
+    assert clip[0] == 0.01 and len(clip) == 2  # C then grows towards the median
