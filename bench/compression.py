@@ -98,6 +98,7 @@ from typing import Any
 
 import torch
 
+from bench.common import round_progress
 from bench.docs import add_doc_args, handle_doc_args
 from bench.docs_compression import DOC, doc_blocks
 
@@ -454,15 +455,7 @@ def run_method(
     d = int(layout.numel)
     t0 = time.perf_counter()
 
-    def progress(outcome: Any) -> None:
-        if outcome.accuracy is not None:
-            print(
-                f"[{method.name}] round {outcome.number}/{setup.rounds} acc "
-                f"{outcome.accuracy:.4f} ({time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
+    progress = round_progress(method.name, setup.rounds)
     res = simulate(cfg, _client_builder(setup), setup.clients, on_round=progress)
     wall = time.perf_counter() - t0
     store = Store(cfg.store.url, migrate=False)

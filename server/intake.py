@@ -198,6 +198,7 @@ class Intake:
                 r.number,
             )
         try:
+            r.accumulator.check_upload()
             check_payload_size(header.total_bytes, self.layout.numel)
         except PayloadError as exc:
             self._settle(r, a, "rejected", str(exc))
@@ -301,9 +302,13 @@ class Upload:
         self.row = self.r.accumulator.acquire(self.a.row)
         plan = self.intake.plan
         self.sink = PayloadSink(
-            self.row, self.header.total_bytes, plan.decode,
-            seed=plan.seed, round=self.r.number,
-        )  # fmt: skip
+            self.row,
+            self.header.total_bytes,
+            plan.decoder(self.r.accumulator.sketch_space),
+            seed=plan.seed,
+            round=self.r.number,
+            d=self.intake.layout.numel,
+        )
 
     def write(self, data: memoryview | bytes) -> None:
         g = self.intake.gate(self.r)

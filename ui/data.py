@@ -38,6 +38,7 @@ METRIC_EPSILON = "privacy.epsilon"
 #: Recorded instead of ``privacy.epsilon`` in a round whose ε the accountant could
 #: not bound (the store keeps finite numbers only): shown as "unbounded".
 METRIC_EPSILON_UNBOUNDED = "privacy.epsilon_unbounded"
+METRIC_MAX_EPSILON = "privacy.max_epsilon"
 METRIC_COMPRESSION = "compression.ratio"
 METRIC_SCORE = "contribution.score"
 METRIC_REWARD = "contribution.reward_share"
@@ -555,6 +556,7 @@ __all__ = [
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
     "METRIC_EPSILON_UNBOUNDED",
+    "METRIC_MAX_EPSILON",
     "METRIC_REWARD",
     "METRIC_SCORE",
     "OUTCOMES",

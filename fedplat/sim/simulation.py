@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from fedplat.client import Client
 from fedplat.server.config import RunConfig
@@ -65,6 +66,21 @@ def admit(store: Store, cfg: RunConfig, clients: Sequence[Client]) -> None:
         c.enrolment_token = secret
 
 
+def _secure_aggregation(
+    coord: Coordinator, r: Any, selected: Sequence[Client], clock: VirtualClock
+) -> None:
+    """Step the selected clients through the protocol's phases; a phase that
+    waits for a client that stopped answering closes at its deadline (the clock
+    jumps there)."""
+    sa = r.secagg
+    while not coord.driver.round_done(r):
+        phase = sa.phase
+        for c in selected:
+            c.step(wait_seconds=0.0)
+        if not coord.driver.round_done(r) and sa.phase == phase:
+            clock.t = max(clock.t, sa.phase_deadline)
+
+
 def simulate(
     cfg: RunConfig,
     build_client: ClientBuilder,
@@ -89,21 +105,36 @@ def simulate(
     clients: Sequence[Client] = [build_client(i, factory) for i in range(num_clients)]
     admit(store, cfg, clients)
     outcomes: list[RoundOutcome] = []
+    # Only the selected clients act in a round; everyone else polls once per half
+    # liveness window (virtual seconds), which keeps them live: a client that is
+    # not selected costs nothing per round, so thousands of clients at a small
+    # sampling rate cost what the sampled ones do.
+    every = cfg.deadlines.liveness_seconds / 2.0
+    last_poll: float | None = None
     try:
         for c in clients:
             c.enroll()
+        by_id = {c.client_id: c for c in clients}
         while not coord.finished:
-            for c in clients:  # a poll marks the client live
-                c.step(wait_seconds=0.0)
+            if last_poll is None or clock() - last_poll >= every:
+                for c in clients:  # a poll marks the client live
+                    c.step(wait_seconds=0.0)
+                last_poll = clock()
             live = len(coord.live_clients())
             if live < cfg.selection.min_available:
                 raise RuntimeError(
                     f"only {live} clients live, min_available is "
                     f"{cfg.selection.min_available}"
                 )
-            coord.open_round()
-            for c in clients:
+            if coord.open_round() is None:
+                break
+            r = coord.current_round
+            assert r is not None
+            selected = [by_id[cid] for cid in r.assignments]
+            for c in selected:
                 c.step(wait_seconds=0.0)
+            if r.secagg is not None:
+                _secure_aggregation(coord, r, selected, clock)
             clock.advance(1.0)
             outcome = coord.close_round()
             outcomes.append(outcome)

@@ -63,15 +63,28 @@ class PayloadSink:
         The run's compressor ``decode`` for non-dense payloads.
     seed, round : int
         What a sketch payload must carry (public sketch seed, current round).
+    d : int, optional
+        The model's parameter count when ``out`` is not ``[d]`` (a round that
+        sums sketches decodes each payload into its ``[b]`` sketch values; a
+        dense payload is then refused by the decoder).
     """
 
     def __init__(
-        self, out: torch.Tensor, total: int, decoder: Decoder, *, seed: int, round: int
+        self,
+        out: torch.Tensor,
+        total: int,
+        decoder: Decoder,
+        *,
+        seed: int,
+        round: int,
+        d: int | None = None,
     ) -> None:
         if out.dtype != torch.float32 or out.dim() != 1 or not out.is_contiguous():
-            raise ValueError("out must be a contiguous [d] float32 tensor")
-        check_payload_size(total, out.numel())
+            raise ValueError("out must be a contiguous float32 vector")
+        d = out.numel() if d is None else d
+        check_payload_size(total, d)
         self.out = out
+        self.d = d
         self.total = total
         self._decoder = decoder
         self._seed, self._round = seed, round
@@ -104,7 +117,7 @@ class PayloadSink:
     def _start(self) -> None:
         h = parse_header(
             bytes(self._head),
-            expected_d=self.out.numel(),
+            expected_d=self.d,
             expected_seed=self._seed,
             expected_round=self._round,
         )
@@ -114,7 +127,7 @@ class PayloadSink:
                 f"{self.total}"
             )
         self.header = h
-        if h.kind == "dense" and h.dtype == torch.float32:
+        if h.kind == "dense" and h.dtype == torch.float32 and self.out.numel() == h.d:
             self._dense = self.out.view(torch.uint8).numpy()
         else:
             self._buf = bytearray(self._head)
@@ -128,12 +141,17 @@ class PayloadSink:
         if self._buf is not None:
             payload = Payload.from_bytes(
                 self._buf,
-                expected_d=self.out.numel(),
+                expected_d=self.d,
                 expected_seed=self._seed,
                 expected_round=self._round,
             )
             self._buf = None
-            self.out.copy_(self._decoder(payload).to(torch.float32))
+            values = self._decoder(payload)
+            if values.numel() != self.out.numel():
+                raise PayloadError(
+                    f"decoded {values.numel()} values, expected {self.out.numel()}"
+                )
+            self.out.copy_(values.to(torch.float32))
         return self.out
 
 

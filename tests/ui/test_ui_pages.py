@@ -226,7 +226,7 @@ def test_run_page_shows_an_unbounded_epsilon_as_unbounded(
     ``privacy.epsilon_unbounded`` flag, not a number: the page says so."""
     from fedplat.ui import data
 
-    from fedplat.uplink.server import METRIC_EPSILON_UNBOUNDED
+    from fedplat.uplink.central import METRIC_EPSILON_UNBOUNDED
 
     assert data.METRIC_EPSILON_UNBOUNDED == METRIC_EPSILON_UNBOUNDED
     path = tmp_path / "monitor.db"

@@ -57,6 +57,9 @@ def _body(url: str, run_id: str) -> None:
     reason = data.failure_reason(run, events)
     if reason:
         st.error(f"The run failed: {reason}")
+    elif run.status == "completed" and run.reason:
+        # e.g. a privacy budget that allowed no further round
+        st.info(f"The run stopped early: {run.reason}")
 
     completed = rounds[rounds["status"] == "completed"]
     last_acc = completed["accuracy"].dropna()
@@ -164,6 +167,13 @@ def _body(url: str, run_id: str) -> None:
                     eps, title="Privacy spent (ε) per round", y_title="ε"
                 )
             )
+            ceiling = data.round_series(metrics, data.METRIC_MAX_EPSILON)
+            if not ceiling.empty:
+                st.caption(
+                    f"ε spent {eps['value'].iloc[-1]:.3g} of the budget "
+                    f"{ceiling['value'].iloc[-1]:.3g}: the round that would pass "
+                    "it is not run."
+                )
         if not unbounded.empty:
             first = int(unbounded["round"].min())
             st.metric("Privacy spent (ε)", "unbounded")
