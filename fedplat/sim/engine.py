@@ -26,12 +26,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from fedplat.client import Client
 from fedplat.server.config import RunConfig
 from fedplat.server.coordinator import Coordinator, RoundOutcome
 from fedplat.server.evaluation import Evaluator
 from fedplat.server.registry import PeerIdentity
-
-from fedplat.client import Client
 from fedplat.store import Store
 from fedplat.transport.errors import Unauthenticated, UnknownClient
 from fedplat.transport.messages import Challenge, Enrollment, EnrollRequest
