@@ -1,9 +1,8 @@
-"""``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
+"""``fedplat coordinator`` and ``fedplat client``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -13,11 +12,10 @@ from typing import Any
 
 from fedplat.cli.common import (
     APP_DIR_HELP,
-    PARTITION_HELP,
     CliError,
     add_import_paths,
+    add_partition_arg,
     json_arg,
-    partition_arg,
 )
 from fedplat.transport.errors import FedplatError
 
@@ -134,84 +132,8 @@ def _client_credentials(
     )
 
 
-def cmd_sim(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from fedplat.client import Client
-    from fedplat.reference.clients import ReferenceSpec, reference_parts
-    from fedplat.server.config import load_config
-    from fedplat.server.evaluation import build_model
-    from fedplat.sim import simulate
-
-    add_import_paths(args.app_dir)
-    cfg = load_config(args.config)
-    partition, pparams = args.partition
-    n = args.clients
-
-    def build(i: int, factory: Any) -> Client:
-        parts = reference_parts(
-            ReferenceSpec(
-                dataset=cfg.data.dataset,
-                model=cfg.model.name or "mlp",
-                model_params=cfg.model.params if cfg.model.name else {},
-                num_partitions=n,
-                partition_id=i,
-                partition=partition,
-                partition_params=pparams,
-                seed=cfg.run.seed,
-            )
-        )
-        # A model.factory run: the reference client trains the app's model on the
-        # bundled dataset (its inputs must fit the model).
-        model = parts.model if cfg.model.factory is None else build_model(cfg)
-        return Client(
-            None,
-            model,
-            parts.train,
-            num_examples=parts.num_examples,
-            name=f"sim-{i}",
-            connection_factory=factory,
-        )
-
-    bar = tqdm(
-        total=cfg.run.rounds,
-        desc=f"sim {cfg.run.name}",
-        unit="round",
-        disable=args.no_progress,
-    )
-
-    def on_round(o: Any) -> None:
-        if o.completed:
-            bar.update(1)
-            if o.accuracy is not None:
-                bar.set_postfix(acc=f"{o.accuracy:.4f}")
-
-    res = simulate(cfg, build, n, on_round=on_round)
-    bar.close()
-    print(
-        json.dumps(
-            {
-                "run_id": res.run_id,
-                "rounds": len(res.rounds),
-                "final_accuracy": res.final_accuracy,
-                "store": cfg.store.url,
-            }
-        )
-    )
-    return 0
-
-
-def _add_data_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument(
-        "--partition",
-        type=partition_arg,
-        default=("iid", {}),
-        help=f"how the dataset is split over clients: {PARTITION_HELP}",
-    )
-
-
 def register(sub: Any) -> None:
-    """Add ``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
+    """Add ``fedplat coordinator`` and ``fedplat client``."""
     c = sub.add_parser("coordinator", help="serve a run defined by a config file")
     c.add_argument("--config", required=True, help="run file (.toml, .yaml)")
     c.add_argument("--address", help="override server.address (HOST:PORT)")
@@ -243,7 +165,7 @@ def register(sub: Any) -> None:
         default={},
         help="model keyword arguments as a JSON object, e.g. '{\"hidden\": [64]}'",
     )
-    _add_data_args(k)
+    add_partition_arg(k)
     k.add_argument(
         "--num-partitions", type=int, default=10, help="clients the data is split over"
     )
@@ -278,13 +200,3 @@ def register(sub: Any) -> None:
         help="exit when the coordinator is unreachable this long (seconds)",
     )
     k.set_defaults(func=cmd_client)
-
-    s = sub.add_parser(
-        "sim", help="simulate N in-process clients through the round engine"
-    )
-    s.add_argument("--config", required=True, help="run file (.toml, .yaml)")
-    s.add_argument("--clients", type=int, default=10, help="in-process clients")
-    s.add_argument("--app-dir", help=APP_DIR_HELP)
-    _add_data_args(s)
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
-    s.set_defaults(func=cmd_sim)

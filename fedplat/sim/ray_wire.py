@@ -135,6 +135,7 @@ class CoordinatorEndpoint:
 
     def upload(self, client_id: str, token: str, raw: bytes, body: bytes) -> Reply:
         def run() -> bytes:
+            self.coord.authenticate(client_id, token)  # before the body is read
             msg = _parse(pb.UpdateHeader, raw, self.limit)
             header = streams.update_header_from_proto(msg, self.max_tensors)
             ack = self.coord.upload_update(client_id, token, header, body)
@@ -144,6 +145,7 @@ class CoordinatorEndpoint:
 
     def report_metrics(self, client_id: str, token: str, raw: bytes) -> Reply:
         def run() -> None:
+            self.coord.authenticate(client_id, token)
             task_id, rnd, metrics = serde.metrics_from_proto(
                 _parse(pb.MetricsReport, raw, self.limit)
             )
