@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-
 from fedplat.server.config import parse_config
+
 from fedplat.sim import simulate
 from fedplat.sim.clients import ReferencePopulation
 from fedplat.store import Store
@@ -20,7 +20,7 @@ from tests.support import run_config
 class _Counting(InMemoryConnection):
     """An in-memory connection that counts its client's calls after enrolment."""
 
-    calls: Counter[str] = Counter()
+    calls: ClassVar[Counter[str]] = Counter()
 
     def get_task(self, wait_seconds: float) -> Any:
         _Counting.calls[self._client_id] += 1

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from fedplat.server.config import RunConfig, parse_config
+
 from fedplat.sim.clients import ReferencePopulation
 from fedplat.sim.engine import VirtualCoordinator, drive, step_client
 from fedplat.sim.ray_wire import CoordinatorEndpoint, RayConnection
@@ -133,8 +133,21 @@ def test_sim_command_on_ray(tmp_path: Path) -> None:
     path = write_config(tmp_path, run_config(tmp_path, rounds=1, clients=3))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "TMPDIR": "/tmp"}
     proc = subprocess.run(
-        [sys.executable, "-m", "fedplat.cli", "sim", "--config", str(path)]
-        + ["--clients", "6", "--backend", "ray", "--hosts", "2", "--no-progress"],
+        [
+            sys.executable,
+            "-m",
+            "fedplat.cli",
+            "sim",
+            "--config",
+            str(path),
+            "--clients",
+            "6",
+            "--backend",
+            "ray",
+            "--hosts",
+            "2",
+            "--no-progress",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
