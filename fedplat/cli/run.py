@@ -34,9 +34,19 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         overrides.setdefault("server", {})["address"] = args.address
     if args.db:
         overrides["store"] = {"url": args.db}
+    upstream = _upstream(args)
     cfg = load_config(args.config, overrides=overrides)
+    setup = None
+    if upstream is not None:
+        from fedplat.server.upstream import attach_upstream, check_edge_config
+
+        check_edge_config(cfg)
+
+        def setup(srv: Any) -> None:
+            attach_upstream(srv.coord, upstream)
+
     try:
-        return serve(cfg)
+        return serve(cfg, setup=setup)
     except (StoreError, CheckpointError, OSError) as exc:
         raise CliError(str(exc)) from None
 
@@ -113,22 +123,104 @@ def _read(path: str | None, what: str) -> bytes | None:
 
 
 def _client_credentials(
-    args: argparse.Namespace,
+    args: argparse.Namespace, prefix: str = ""
 ) -> tuple[bytes | None, bytes | None, bytes | None, str | None]:
-    """CA, client key and certificate (mTLS), enrolment token."""
-    if args.insecure and (args.root_cert or args.cert):
-        raise CliError("--insecure cannot be combined with --root-cert or --cert")
-    if bool(args.cert) != bool(args.key):
-        raise CliError("--cert and --key go together (mutual TLS)")
-    token = args.token or os.environ.get("FEDPLAT_ENROLMENT_TOKEN")
-    if args.token_file:
-        raw = _read(args.token_file, "token file") or b""
+    """CA, client key and certificate (mTLS), enrolment token from the flags
+    ``--[PREFIX-]insecure``, ``root-cert``, ``cert``, ``key``, ``token(-file)``."""
+
+    def arg(name: str) -> Any:
+        return getattr(args, prefix + name, None)
+
+    def flag(name: str) -> str:
+        return "--" + (prefix + name).replace("_", "-")
+
+    if arg("insecure") and (arg("root_cert") or arg("cert")):
+        raise CliError(
+            f"{flag('insecure')} cannot be combined with {flag('root_cert')} "
+            f"or {flag('cert')}"
+        )
+    if bool(arg("cert")) != bool(arg("key")):
+        raise CliError(f"{flag('cert')} and {flag('key')} go together (mutual TLS)")
+    token = arg("token") or (
+        os.environ.get("FEDPLAT_ENROLMENT_TOKEN") if not prefix else None
+    )
+    if arg("token_file"):
+        raw = _read(arg("token_file"), "token file") or b""
         token = raw.decode("utf-8", "replace").strip()
     return (
-        _read(args.root_cert, "CA file"),
-        _read(args.key, "key file"),
-        _read(args.cert, "certificate file"),
+        _read(arg("root_cert"), "CA file"),
+        _read(arg("key"), "key file"),
+        _read(arg("cert"), "certificate file"),
         token or None,
+    )
+
+
+def _upstream(args: argparse.Namespace) -> Any:
+    """The edge's settings from ``--upstream*`` (None without ``--upstream``)."""
+    from fedplat.server.upstream import UpstreamSettings
+
+    given = [a for a in vars(args) if a.startswith("upstream_") and getattr(args, a)]
+    if not args.upstream:
+        if given:
+            raise CliError(f"--{given[0].replace('_', '-')} needs --upstream")
+        return None
+    if not args.upstream_state_dir:
+        raise CliError(
+            "--upstream needs --upstream-state-dir (the edge's identity at the root)"
+        )
+    if not args.upstream_insecure and not args.upstream_root_cert:
+        raise CliError(
+            "--upstream needs --upstream-root-cert (the root's CA), or "
+            "--upstream-insecure for plaintext"
+        )
+    if args.upstream_margin < 0:
+        raise CliError("--upstream-margin must be >= 0")
+    root, key, chain, token = _client_credentials(args, "upstream_")
+    return UpstreamSettings(
+        address=args.upstream,
+        state_dir=args.upstream_state_dir,
+        name=args.upstream_name or "edge",
+        insecure=args.upstream_insecure,
+        root_certificates=root,
+        private_key=key,
+        certificate_chain=chain,
+        enrolment_token=token,
+        margin_seconds=args.upstream_margin,
+    )
+
+
+def _add_upstream_args(c: argparse.ArgumentParser) -> None:
+    g = c.add_argument_group(
+        "edge of a root coordinator (hierarchical aggregation, docs/hierarchical.md)"
+    )
+    g.add_argument(
+        "--upstream",
+        metavar="ADDR",
+        help="run as an edge: aggregate this run's clients and send one update "
+        "per task of the root coordinator at ADDR (HOST:PORT)",
+    )
+    g.add_argument(
+        "--upstream-token-file", help="file holding the edge's enrolment token"
+    )
+    g.add_argument("--upstream-root-cert", help="PEM file of the root's CA")
+    g.add_argument("--upstream-cert", help="the edge's certificate (mutual TLS)")
+    g.add_argument("--upstream-key", help="the edge's private key (mutual TLS)")
+    g.add_argument(
+        "--upstream-insecure",
+        action="store_true",
+        help="plaintext gRPC to the root (no TLS)",
+    )
+    g.add_argument(
+        "--upstream-state-dir",
+        help="folder keeping the edge's identity at the root across restarts",
+    )
+    g.add_argument("--upstream-name", help="the edge's client name at the root")
+    g.add_argument(
+        "--upstream-margin",
+        type=float,
+        default=5.0,
+        help="seconds before the root task's deadline at which the edge closes "
+        "its round to upload in time (default 5)",
     )
 
 
@@ -139,6 +231,7 @@ def register(sub: Any) -> None:
     c.add_argument("--address", help="override server.address (HOST:PORT)")
     c.add_argument("--db", help="override store.url (SQLite path or database URL)")
     c.add_argument("--app-dir", help=APP_DIR_HELP)
+    _add_upstream_args(c)
     c.set_defaults(func=cmd_coordinator)
 
     k = sub.add_parser(
