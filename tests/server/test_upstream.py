@@ -95,7 +95,8 @@ def test_two_edges_equal_the_flat_fedavg_run(tmp_path: Path) -> None:
     assert not torch.equal(hier.weights, torch.zeros_like(hier.weights))
     # One upload per edge instead of one per client, each a client's size
     # plus the edge's summary in its header.
-    assert all(2.9 < f / h <= 3 for f, h in zip(flat.root_bytes_in, hier.root_bytes_in))
+    pairs = zip(flat.root_bytes_in, hier.root_bytes_in, strict=True)
+    assert all(2.9 < f / h <= 3 for f, h in pairs)
     m = hier.edge_metrics
     assert m["client.edge.selected"] == 6 and m["client.edge.kept"] == 6
     assert m["client.edge.succeeded"] == 6 and m["client.edge.bytes_up"] > 0
