@@ -173,7 +173,8 @@ def _upstream(args: argparse.Namespace) -> Any:
             "--upstream needs --upstream-root-cert (the root's CA), or "
             "--upstream-insecure for plaintext"
         )
-    if args.upstream_margin < 0:
+    margin = 5.0 if args.upstream_margin is None else args.upstream_margin
+    if margin < 0:
         raise CliError("--upstream-margin must be >= 0")
     root, key, chain, token = _client_credentials(args, "upstream_")
     return UpstreamSettings(
@@ -185,7 +186,7 @@ def _upstream(args: argparse.Namespace) -> Any:
         private_key=key,
         certificate_chain=chain,
         enrolment_token=token,
-        margin_seconds=args.upstream_margin,
+        margin_seconds=margin,
     )
 
 
@@ -218,7 +219,7 @@ def _add_upstream_args(c: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--upstream-margin",
         type=float,
-        default=5.0,
+        default=None,
         help="seconds before the root task's deadline at which the edge closes "
         "its round to upload in time (default 5)",
     )
