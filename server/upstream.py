@@ -7,7 +7,8 @@ coordinator, but it does not loop over rounds on its own: its round driver
 aggregation, Qi et al., 2024, "LIFL: A Lightweight, Event-driven Serverless
 Platform for Federated Learning"):
 
-1. wait for the root's TRAIN task (a long poll) and download its model;
+1. once its own ``min_available`` clients are live, enrol at the root, wait
+   for the root's TRAIN task (a long poll) and download its model;
 2. install that model as the edge's global model, wait for the edge's
    ``min_available`` clients and open an edge round with the edge's own
    selection, training settings and aggregator;
@@ -150,12 +151,28 @@ class EdgeDriver(RoundDriver):
     def run(self, stop: threading.Event) -> None:
         """Serve root tasks until the root's run finishes or ``stop`` is set."""
         self._stop = stop
+
+        def stop_client() -> None:
+            stop.wait()
+            self.client.request_stop()
+
         watcher = threading.Thread(
-            target=lambda: (stop.wait(), self.client.request_stop()),
+            target=stop_client,
             name="fedplat-upstream-stop",
             daemon=True,
         )
         watcher.start()
+        # The edge offers itself to the root only once it can run a round: a
+        # root would otherwise select an edge whose clients are not there yet.
+        wait = self.cfg.deadlines.wait_for_clients_seconds
+        if not self.wait_for_clients(stop, wait):
+            if not stop.is_set():
+                self.closer.give_up(
+                    f"fewer than {self.cfg.selection.min_available} clients live "
+                    f"for {wait:.0f} s"
+                )
+                self.board.finish()
+            return
         self.phase = "waiting_for_root"
         try:
             self.client.run()

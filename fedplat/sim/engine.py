@@ -68,7 +68,7 @@ class VirtualCoordinator(Coordinator):
     ) -> None:
         self.vclock = clock or VirtualClock()
         super().__init__(cfg, store, evaluator=evaluator, clock=self.vclock)
-        self._enrolled: dict[str, None] = {}  # client ids in enrolment order
+        self._enrolled_ids: dict[str, None] = {}  # in enrolment order
         self._refreshed = float("-inf")
 
     def challenge(self, client_id: str = "") -> Challenge:
@@ -79,19 +79,19 @@ class VirtualCoordinator(Coordinator):
         self, req: EnrollRequest, peer: PeerIdentity | None = None
     ) -> Enrollment:
         e = super().enroll(req, peer)
-        self._enrolled[e.client_id] = None
+        self._enrolled_ids[e.client_id] = None
         return e
 
     @property
     def enrolled(self) -> int:
-        return len(self._enrolled)
+        return len(self._enrolled_ids)
 
     def keep_alive(self) -> None:
         """Refresh every enrolled client's liveness when it is due."""
         now = self.vclock()
         if now - self._refreshed < self.cfg.deadlines.liveness_seconds / 2:
             return
-        for cid in self._enrolled:
+        for cid in self._enrolled_ids:
             c = self.registry.get(cid)
             if c is not None:
                 self.registry.touch(c)

@@ -133,7 +133,8 @@ class ClientHost:
         self.clients: dict[str, Any] = {}
 
         def call(method: str, *args: Any) -> Reply:
-            return ray.get(getattr(coordinator, method).remote(*args))  # type: ignore[no-any-return]
+            reply: Reply = ray.get(getattr(coordinator, method).remote(*args))
+            return reply
 
         self._factory = lambda: RayConnection(call, ray.get)
 
@@ -205,12 +206,12 @@ def simulate_ray(
     here = NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False
     )
-    coord = (
+    coord: Any = (
         ray.remote(CoordinatorHost)
         .options(num_cpus=0, max_concurrency=n_hosts + 4, scheduling_strategy=here)
         .remote(cfg.model_dump(mode="json"))
     )
-    workers = [
+    workers: list[Any] = [
         ray.remote(ClientHost).options(num_cpus=1).remote(coord, build)
         for _ in range(n_hosts)
     ]

@@ -203,7 +203,7 @@ class RayConnection:
         data = np.asarray(self._fetch(handle), dtype=np.uint8)
         if data.size != 4 * out.numel() or h.total_bytes != data.size:
             raise InvalidArgument("model size differs from the client's model")
-        if hashlib.sha256(data).hexdigest() != h.sha256:
+        if hashlib.sha256(data.data).hexdigest() != h.sha256:
             raise InvalidArgument("model checksum mismatch")
         out.view(torch.uint8).numpy()[:] = data
         layout = serde.layout_from_proto(h.layout)
