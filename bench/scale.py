@@ -116,6 +116,7 @@ def _simulate_timed(
 
 def part_simulation(tmp: Path, tiny: bool) -> dict[str, Any]:
     from fedplat.server.config import parse_config
+
     from fedplat.sim.clients import ReferencePopulation
 
     s = SIZES[tiny]
@@ -155,8 +156,8 @@ def part_simulation(tmp: Path, tiny: bool) -> dict[str, Any]:
 # ---------------------------------------------------------------- ray
 def part_ray(tmp: Path, tiny: bool) -> dict[str, Any]:
     import ray
-
     from fedplat.server.config import parse_config
+
     from fedplat.sim.clients import ReferencePopulation
     from fedplat.sim.ray_backend import local_ray, simulate_ray
 
