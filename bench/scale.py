@@ -197,30 +197,11 @@ def part_ray(tmp: Path, tiny: bool) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- hierarchy
 def part_hierarchical(tmp: Path, tiny: bool) -> dict[str, Any]:
-    from fedplat.client import Client
-
-    from fedplat.reference.clients import ReferenceSpec, reference_parts
-    from fedplat.testing.hierarchy import run_hierarchy
+    from fedplat.testing.hierarchy import reference_clients, run_hierarchy
 
     s = SIZES[tiny]
     n, rounds = s["hier_clients"], s["hier_rounds"]
-
-    def make(i: int, address: str, token: str) -> Client:
-        p = reference_parts(
-            ReferenceSpec(
-                dataset="digits",
-                model="mlp",
-                model_params={"hidden": [64]},
-                num_partitions=n,
-                partition_id=i,
-            )
-        )
-        return Client(
-            address, p.model, p.train, num_examples=p.num_examples,
-            name=f"client-{i}", insecure=True, enrolment_token=token,
-            poll_seconds=1.0,
-        )  # fmt: skip
-
+    make = reference_clients(n)
     out = {}
     for edges in (EDGES, 0):
         d = tmp / f"hier-{edges}"
@@ -288,6 +269,45 @@ def _goals(results: dict[str, Any]) -> dict[str, Any]:
     return goals
 
 
+def markdown(res: dict[str, Any]) -> str:
+    """docs/scale.md's table of the results (quoted there exactly)."""
+    s, r, h = res["simulation_10k"], res["ray"], res["hierarchical"]
+    return "\n".join(
+        [
+            "| part | setting | result |",
+            "|---|---|---|",
+            f"| simulation_10k | {s['clients']:,} clients, {s['clients_per_round']} "
+            f"per round, {s['rounds']} rounds, {s['dataset']} | {s['wall_s']} s "
+            f"wall ({s['enrol_s']} s enrolling, {s['round_s']} s per round), peak "
+            f"RSS {s['peak_rss_mb']} MB; polling every client twice, as the loop "
+            f"did before, would add {s['old_loop_poll_s_per_round']} s per round |",
+            f"| ray | {r['clients_per_round']:,} clients per round, {r['hosts']} "
+            f"client hosts, ray {r['ray']} | {r['round_s']} s per round (in-process "
+            f"simulator: {r['inprocess_round_s']} s, {r['speedup_vs_inprocess']}x); "
+            f"peak RSS driver {r['driver_peak_rss_mb']} MB, client host "
+            f"{r['worker_peak_rss_mb']} MB, coordinator host "
+            f"{r['coordinator_peak_rss_mb']} MB |",
+            f"| hierarchical | {h['clients']} clients, {h['edges']} edges (fan-in "
+            f"{h['fan_in']}), {h['rounds']} rounds | root's bytes in "
+            f"{h['root_ingress_reduction']}x fewer than flat; {h['round_s']} s per "
+            f"root round (flat: {h['flat_round_s']} s); largest model difference "
+            f"{h['max_abs_model_diff']:.2g} |",
+        ]
+    )
+
+
+def readme_line(res: dict[str, Any]) -> str:
+    """The README's one line of results (quoted there exactly)."""
+    s, r, h = res["simulation_10k"], res["ray"], res["hierarchical"]
+    return (
+        f"Measured here (`bench/results/scale.json`): {s['clients']:,} clients, "
+        f"{s['rounds']} rounds in {s['wall_s']} s, peak RSS {s['peak_rss_mb']} MB; "
+        f"Ray with {r['clients_per_round']:,} clients per round: {r['round_s']} s "
+        f"per round; a root with {h['edges']} edges and {h['clients']} clients "
+        f"receives {h['root_ingress_reduction']}x fewer bytes (fan-in {h['fan_in']})."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="seconds-long smoke run")
@@ -296,7 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # a child
     p.add_argument("--out", "--output", dest="out", type=Path, default=None)
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the docs' table and the README's line from the JSON",
+    )
     args = p.parse_args(argv)
+    if args.markdown:
+        res = json.loads(Path("bench/results/scale.json").read_text())
+        print(markdown(res) + "\n\n" + readme_line(res))
+        return 0
     if args.part:
         _one_part(args.part, args.tiny, args.out)
         return 0

@@ -164,14 +164,7 @@ class EdgeDriver(RoundDriver):
         watcher.start()
         # The edge offers itself to the root only once it can run a round: a
         # root would otherwise select an edge whose clients are not there yet.
-        wait = self.cfg.deadlines.wait_for_clients_seconds
-        if not self.wait_for_clients(stop, wait):
-            if not stop.is_set():
-                self.closer.give_up(
-                    f"fewer than {self.cfg.selection.min_available} clients live "
-                    f"for {wait:.0f} s"
-                )
-                self.board.finish()
+        if not self.gather_clients(stop):
             return
         self.phase = "waiting_for_root"
         try:

@@ -41,6 +41,30 @@ class HierarchyRun:
     edge_metrics: dict[str, float]  # client.edge.* of the last round, summed
 
 
+def reference_clients(n: int, dataset: str = "digits", hidden: int = 64) -> MakeClient:
+    """``make_client`` for plaintext gRPC reference clients: client ``i`` trains
+    an MLP with one hidden layer of ``hidden`` on partition ``i`` of ``n`` of
+    ``dataset`` and is named ``client-i`` (as ``fedplat client`` names it)."""
+    from fedplat.reference.clients import ReferenceSpec, reference_parts
+
+    def make(i: int, address: str, token: str) -> Client:
+        spec = ReferenceSpec(
+            dataset=dataset,
+            model="mlp",
+            model_params={"hidden": [hidden]},
+            num_partitions=n,
+            partition_id=i,
+        )
+        p = reference_parts(spec)
+        return Client(
+            address, p.model, p.train, num_examples=p.num_examples,
+            name=f"client-{i}", insecure=True, enrolment_token=token,
+            poll_seconds=1.0,
+        )  # fmt: skip
+
+    return make
+
+
 def _tokens(store_url: str, run_name: str, n: int) -> list[str]:
     with Store(store_url) as store:
         made = store.create_tokens(
@@ -154,4 +178,4 @@ def _read_root(root: BackgroundServer, wall: float) -> HierarchyRun:
     )
 
 
-__all__ = ["HierarchyRun", "MakeClient", "run_hierarchy"]
+__all__ = ["HierarchyRun", "MakeClient", "reference_clients", "run_hierarchy"]

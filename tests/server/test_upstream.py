@@ -8,46 +8,17 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from fedplat.client import Client
 from fedplat.server.checkpoint import load_checkpoint
 from fedplat.server.config import ConfigError, parse_config
 from fedplat.server.context import ModelCache
 from fedplat.server.runstate import RunState
 from fedplat.server.upstream import UpstreamModelCache, check_edge_config
 
-from fedplat.reference.clients import ReferenceSpec, reference_parts
 from fedplat.store import Store
-from fedplat.testing.hierarchy import run_hierarchy
+from fedplat.testing.hierarchy import reference_clients, run_hierarchy
 from fedplat.transport.health import wait_healthy
 from fedplat.vectors import Layout, TensorSpec
 from tests.support import Procs, free_port, issue_tokens, run_config, wait_for
-
-
-def digits_grpc_client(n: int) -> Any:
-    """Client ``i`` of ``n`` on digits over gRPC (the test runs' 64-unit MLP)."""
-
-    def make(i: int, address: str, token: str) -> Client:
-        p = reference_parts(
-            ReferenceSpec(
-                dataset="digits",
-                model="mlp",
-                model_params={"hidden": [64]},
-                num_partitions=n,
-                partition_id=i,
-            )
-        )
-        return Client(
-            address,
-            p.model,
-            p.train,
-            num_examples=p.num_examples,
-            name=f"client-{i}",
-            insecure=True,
-            enrolment_token=token,
-            poll_seconds=1.0,
-        )
-
-    return make
 
 
 @pytest.mark.parametrize(
@@ -90,11 +61,11 @@ def test_two_edges_equal_the_flat_fedavg_run(tmp_path: Path) -> None:
     """Root + 2 edges + 6 clients over gRPC against the flat run on the same
     seeded data: the same model within 1e-6, a third of the root's bytes in."""
     run = run_config(tmp_path, name="root", rounds=2)
-    hier = run_hierarchy(tmp_path / "hier", run, 6, 2, digits_grpc_client(6))
+    hier = run_hierarchy(tmp_path / "hier", run, 6, 2, reference_clients(6))
     (tmp_path / "flat").mkdir()
     run["store"] = {"url": str(tmp_path / "flat" / "fedplat.db")}
     run["checkpoints"] = {"dir": str(tmp_path / "flat" / "ckpt")}
-    flat = run_hierarchy(tmp_path / "flat", run, 6, 0, digits_grpc_client(6))
+    flat = run_hierarchy(tmp_path / "flat", run, 6, 0, reference_clients(6))
     assert float((hier.weights - flat.weights).abs().max()) <= 1e-6
     assert not torch.equal(hier.weights, torch.zeros_like(hier.weights))
     # One upload per edge instead of one per client, each a client's size
@@ -172,7 +143,7 @@ def test_root_two_edges_six_clients_as_processes(tmp_path: Path, procs: Procs) -
             mapped = store.list_events(run.id, kind="upstream_round")
             assert len(mapped) == 2
     flat_run = run_config(tmp_path / "flat", name="root", rounds=2)
-    flat = run_hierarchy(tmp_path / "flat", flat_run, 6, 0, digits_grpc_client(6))
+    flat = run_hierarchy(tmp_path / "flat", flat_run, 6, 0, reference_clients(6))
     assert float((hier.weights - flat.weights).abs().max()) <= 1e-6
 
 
