@@ -26,8 +26,9 @@ def _check_schema(out: dict) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(1500)  # starts Ray, and ~20 processes' worth of clients
 def test_tiny_scale_bench(tmp_path: Path) -> None:
-    out = run_bench("bench.scale", tmp_path / "scale.json")
+    out = run_bench("bench.scale", tmp_path / "scale.json", timeout=1400)
     _check_schema(out)
     sim = out["simulation_10k"]
     assert sim["rounds"] == 3 and sim["clients_per_round"] * 100 == sim["clients"]
