@@ -391,17 +391,24 @@ class RoundDriver:
         return RoundOutcome(r.number, False, len(r.assignments), ok, reason=reason)
 
     # ---------------------------------------------------------------- loop
+    def gather_clients(self, stop: threading.Event) -> bool:
+        """Wait for ``min_available`` live clients; False when stopped, or (the
+        run failed) when ``wait_for_clients_seconds`` passed without them."""
+        wait = self.cfg.deadlines.wait_for_clients_seconds
+        if self.wait_for_clients(stop, wait):
+            return True
+        if not stop.is_set():
+            self.closer.give_up(
+                f"fewer than {self.cfg.selection.min_available} clients live "
+                f"for {wait:.0f} s"
+            )
+            self.board.finish()
+        return False
+
     def run(self, stop: threading.Event) -> None:
         """Drive rounds until the run finishes or ``stop`` is set."""
-        wait = self.cfg.deadlines.wait_for_clients_seconds
         while not stop.is_set() and not self.finished:
-            if not self.wait_for_clients(stop, wait):
-                if not stop.is_set():
-                    self.closer.give_up(
-                        f"fewer than {self.cfg.selection.min_available} clients live "
-                        f"for {wait:.0f} s"
-                    )
-                    self.board.finish()
+            if not self.gather_clients(stop):
                 break
             if self.open_round() is None:
                 break
