@@ -26,9 +26,7 @@ log = logging.getLogger("fedplat.cli")
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from fedplat.server.app import serve
-    from fedplat.server.checkpoint import CheckpointError
     from fedplat.server.config import load_config
-    from fedplat.store import StoreError
 
     add_import_paths(args.app_dir)
     overrides: dict[str, Any] = {}
@@ -39,7 +37,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, overrides=overrides)
     try:
         return serve(cfg)
-    except (StoreError, CheckpointError, OSError) as exc:
+    except OSError as exc:  # store, checkpoint and config errors: see main()
         raise CliError(str(exc)) from None
 
 
@@ -48,19 +46,20 @@ def cmd_client(args: argparse.Namespace) -> int:
     from fedplat.reference.clients import ReferenceSpec, reference_parts
 
     partition, pparams = args.partition
-    spec = ReferenceSpec(
-        label_flip=args.label_flip,
-        dataset=args.dataset,
-        model=args.model,
-        model_params=args.model_params,
-        num_partitions=args.num_partitions,
-        partition_id=args.partition_id,
-        partition=partition,
-        partition_params=pparams,
-        seed=args.seed,
-    )
     try:
-        parts = reference_parts(spec)
+        parts = reference_parts(
+            ReferenceSpec(
+                label_flip=args.label_flip,
+                dataset=args.dataset,
+                model=args.model,
+                model_params=args.model_params,
+                num_partitions=args.num_partitions,
+                partition_id=args.partition_id,
+                partition=partition,
+                partition_params=pparams,
+                seed=args.seed,
+            )
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     root, key, chain, token = _client_credentials(args)
@@ -126,12 +125,23 @@ def _client_credentials(
     if args.token_file:
         raw = _read(args.token_file, "token file") or b""
         token = raw.decode("utf-8", "replace").strip()
-    return (
-        _read(args.root_cert, "CA file"),
-        _read(args.key, "key file"),
-        _read(args.cert, "certificate file"),
-        token or None,
-    )
+    root = _read(args.root_cert, "CA file")
+    key = _read(args.key, "key file")
+    chain = _read(args.cert, "certificate file")
+    # gRPC reports unusable PEM files only as a connection that never comes up.
+    from fedplat.security.certs import CertError, check_key_pair, load_certificates
+
+    try:
+        if root is not None:
+            load_certificates(root)
+    except CertError as exc:
+        raise CliError(f"--root-cert {args.root_cert}: {exc}") from None
+    try:
+        if chain is not None and key is not None:
+            check_key_pair(chain, key)
+    except CertError as exc:
+        raise CliError(f"--cert {args.cert} / --key {args.key}: {exc}") from None
+    return root, key, chain, token or None
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -142,6 +152,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from fedplat.server.config import load_config
     from fedplat.server.evaluation import build_model
     from fedplat.sim import simulate
+    from fedplat.store import Store
 
     add_import_paths(args.app_dir)
     cfg = load_config(args.config)
@@ -173,6 +184,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
             connection_factory=factory,
         )
 
+    # Opened before the progress bar, so a bad store is a clean one-line error.
+    store = Store(cfg.store.url)
     bar = tqdm(
         total=cfg.run.rounds,
         desc=f"sim {cfg.run.name}",
@@ -186,8 +199,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
             if o.accuracy is not None:
                 bar.set_postfix(acc=f"{o.accuracy:.4f}")
 
-    res = simulate(cfg, build, n, on_round=on_round)
-    bar.close()
+    try:
+        res = simulate(cfg, build, n, on_round=on_round, store=store)
+    finally:
+        bar.close()
+        store.close()
     print(
         json.dumps(
             {
