@@ -441,6 +441,14 @@ class ServerSection(Strict):
     # huge values would otherwise defeat distance-based rules).
     max_update_norm: float = Field(default=1e6, gt=0)
 
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        _, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> ServerSection:
         if not self.insecure and self.tls is None:

@@ -27,7 +27,7 @@ from fedplat.cli import (
     run,
     sim,
 )
-from fedplat.cli.common import CliError, setup_logging
+from fedplat.cli.common import CliError, setup_logging, user_errors
 
 _COMMANDS = (run, sim, demo, monitor, ledger, gossip, certs, admin, export, listing)
 DESCRIPTION = (
@@ -49,11 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
-    from fedplat.server.config import ConfigError
-
     try:
         return int(args.func(args))
-    except (CliError, ConfigError) as exc:
+    except user_errors() as exc:
         print(f"fedplat: {exc}", file=sys.stderr)
         return 2
 

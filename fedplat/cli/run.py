@@ -24,9 +24,7 @@ log = logging.getLogger("fedplat.cli")
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from fedplat.server.app import serve
-    from fedplat.server.checkpoint import CheckpointError
     from fedplat.server.config import load_config
-    from fedplat.store import StoreError
 
     add_import_paths(args.app_dir)
     overrides: dict[str, Any] = {}
@@ -47,7 +45,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     try:
         return serve(cfg, setup=setup)
-    except (StoreError, CheckpointError, OSError) as exc:
+    except OSError as exc:  # store, checkpoint and config errors: see main()
         raise CliError(str(exc)) from None
 
 
@@ -56,19 +54,20 @@ def cmd_client(args: argparse.Namespace) -> int:
     from fedplat.reference.clients import ReferenceSpec, reference_parts
 
     partition, pparams = args.partition
-    spec = ReferenceSpec(
-        label_flip=args.label_flip,
-        dataset=args.dataset,
-        model=args.model,
-        model_params=args.model_params,
-        num_partitions=args.num_partitions,
-        partition_id=args.partition_id,
-        partition=partition,
-        partition_params=pparams,
-        seed=args.seed,
-    )
     try:
-        parts = reference_parts(spec)
+        parts = reference_parts(
+            ReferenceSpec(
+                label_flip=args.label_flip,
+                dataset=args.dataset,
+                model=args.model,
+                model_params=args.model_params,
+                num_partitions=args.num_partitions,
+                partition_id=args.partition_id,
+                partition=partition,
+                partition_params=pparams,
+                seed=args.seed,
+            )
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     root, key, chain, token = _client_credentials(args)
@@ -147,12 +146,25 @@ def _client_credentials(
     if arg("token_file"):
         raw = _read(arg("token_file"), "token file") or b""
         token = raw.decode("utf-8", "replace").strip()
-    return (
-        _read(arg("root_cert"), "CA file"),
-        _read(arg("key"), "key file"),
-        _read(arg("cert"), "certificate file"),
-        token or None,
-    )
+    root = _read(arg("root_cert"), "CA file")
+    key = _read(arg("key"), "key file")
+    chain = _read(arg("cert"), "certificate file")
+    # gRPC reports unusable PEM files only as a connection that never comes up.
+    from fedplat.security.certs import CertError, check_key_pair, load_certificates
+
+    try:
+        if root is not None:
+            load_certificates(root)
+    except CertError as exc:
+        raise CliError(f"{flag('root_cert')} {arg('root_cert')}: {exc}") from None
+    try:
+        if chain is not None and key is not None:
+            check_key_pair(chain, key)
+    except CertError as exc:
+        raise CliError(
+            f"{flag('cert')} {arg('cert')} / {flag('key')} {arg('key')}: {exc}"
+        ) from None
+    return root, key, chain, token or None
 
 
 def _upstream(args: argparse.Namespace) -> Any:

@@ -21,6 +21,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     from fedplat.server.config import load_config
     from fedplat.sim.clients import ReferencePopulation
+    from fedplat.store import Store
 
     add_import_paths(args.app_dir)
     if args.clients < 1:
@@ -34,6 +35,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     population = ReferencePopulation.of(
         cfg, args.clients, partition=partition, partition_params=pparams
     )
+    # Opened before the progress bar, so a bad store is a clean one-line error.
+    store = None if args.backend == "ray" else Store(cfg.store.url)
     bar = tqdm(
         total=cfg.run.rounds,
         desc=f"sim {cfg.run.name}",
@@ -48,20 +51,26 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 bar.set_postfix(acc=f"{o.accuracy:.4f}")
 
     extra: dict[str, Any] = {}
-    if args.backend == "ray":
-        run = _on_ray(args, cfg, population, on_round)
-        res = run.result
-        extra = {
-            "backend": "ray",
-            "hosts": run.hosts,
-            "enrol_seconds": round(run.enrol_seconds, 3),
-            "rounds_seconds": round(run.rounds_seconds, 3),
-        }
-    else:
-        from fedplat.sim import simulate
+    try:
+        if store is None:
+            run = _on_ray(args, cfg, population, on_round)
+            res = run.result
+            extra = {
+                "backend": "ray",
+                "hosts": run.hosts,
+                "enrol_seconds": round(run.enrol_seconds, 3),
+                "rounds_seconds": round(run.rounds_seconds, 3),
+            }
+        else:
+            from fedplat.sim import simulate
 
-        res = simulate(cfg, population, args.clients, on_round=on_round)
-    bar.close()
+            res = simulate(
+                cfg, population, args.clients, on_round=on_round, store=store
+            )
+    finally:
+        bar.close()
+        if store is not None:
+            store.close()
     print(
         json.dumps(
             {
