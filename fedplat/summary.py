@@ -29,11 +29,14 @@ from fedplat.store import (
     Verdict,
 )
 
-# Metric names written by other components; readers spell them out once here.
+# Metric names written by central DP (fedplat.uplink.central, which imports torch);
+# readers spell them out once here.
 METRIC_EPSILON = "privacy.epsilon"
-#: The store rejects infinities, so privacy accounting records an unbounded ε as
-#: 1e308; anything this large means "unbounded".
-EPSILON_UNBOUNDED = 1e300
+#: Recorded instead of ``privacy.epsilon`` in a round whose ε the accountant could
+#: not bound (the store keeps finite numbers only): "unbounded" from then on.
+METRIC_EPSILON_UNBOUNDED = "privacy.epsilon_unbounded"
+#: The budget a run's ε is spent against.
+METRIC_MAX_EPSILON = "privacy.max_epsilon"
 
 # --------------------------------------------------------------------------- #
 # One participation: what happened, and what the aggregator made of it        #
@@ -171,7 +174,7 @@ def ledger_check(store: Store, run_id: str) -> LedgerCheck:
         )
     # Imported here: fedplat.contribution imports torch (~4 s, ~300 MB), which a
     # reader needs only once there is a ledger to verify.
-    from fedplat.contribution.ledger import verify_run_ledger
+    from fedplat.contribution.ledger_verify import verify_run_ledger
 
     try:
         report = verify_run_ledger(store, run_id)
@@ -258,12 +261,14 @@ def _epsilon(metrics: Sequence[MetricRecord]) -> float | None:
     spent = [
         m
         for m in metrics
-        if m.name == METRIC_EPSILON and m.client_id is None and m.round_number
+        if m.name in (METRIC_EPSILON, METRIC_EPSILON_UNBOUNDED)
+        and m.client_id is None
+        and m.round_number
     ]
     if not spent:
         return None
     last = max(spent, key=lambda m: (m.round_number or 0, m.id))
-    return math.inf if last.value >= EPSILON_UNBOUNDED else last.value
+    return math.inf if last.name == METRIC_EPSILON_UNBOUNDED else last.value
 
 
 def _flagged(store: Store, run_id: str) -> tuple[FlaggedClient, ...]:
@@ -397,9 +402,10 @@ def export_command(s: RunSummary, db: str, fmt: str = "safetensors") -> str | No
 
 
 __all__ = [
-    "EPSILON_UNBOUNDED",
     "FLAGGED_VERDICTS",
     "METRIC_EPSILON",
+    "METRIC_EPSILON_UNBOUNDED",
+    "METRIC_MAX_EPSILON",
     "OUTCOME_OF_STATUS",
     "ROUTINE_FLAGS",
     "FlaggedClient",

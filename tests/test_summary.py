@@ -94,7 +94,7 @@ def test_unbounded_epsilon_is_said_so(tmp_path: Path) -> None:
     with Store(str(tmp_path / "e.db")) as store:
         run = store.create_run("dp", {"privacy": {"delta": 1e-5}}, {}, 2)
         store.add_metric(run.id, "privacy.epsilon", 2.0, round_number=1)
-        store.add_metric(run.id, "privacy.epsilon", 1e308, round_number=2)
+        store.add_metric(run.id, "privacy.epsilon_unbounded", 1.0, round_number=2)
         s = run_summary(store, run.id)
     assert s.epsilon == math.inf and s.delta == 1e-5
     assert "  privacy: epsilon unbounded at delta 1e-05" in summary_lines(s)

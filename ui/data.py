@@ -32,8 +32,9 @@ from fedplat.store import (
     Store,
 )
 from fedplat.summary import (
-    EPSILON_UNBOUNDED,
     METRIC_EPSILON,
+    METRIC_EPSILON_UNBOUNDED,
+    METRIC_MAX_EPSILON,
     OUTCOME_OF_STATUS,
     flag_labels,
     format_bytes,
@@ -523,10 +524,11 @@ def failure_reason(run: RunRecord, events: Sequence[EventRecord]) -> str | None:
 
 __all__ = [
     "CLIENT_COLUMNS",
-    "EPSILON_UNBOUNDED",
     "EVENT_COLUMNS",
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
+    "METRIC_EPSILON_UNBOUNDED",
+    "METRIC_MAX_EPSILON",
     "METRIC_REWARD",
     "METRIC_SCORE",
     "OUTCOMES",

@@ -41,6 +41,9 @@ def _header(run: RunRecord, view: status.RunView, rounds_open: bool) -> None:
             f"**{view.label.capitalize()}.** {view.detail}",
             icon=":material/hourglass_top:",
         )
+    elif view.state == "completed" and run.reason:
+        # e.g. a privacy budget that allowed no further round
+        st.info(f"The run stopped early: {run.reason}")
     elif view.detail:
         st.caption(view.detail)
     done = run.current_round / run.total_rounds if run.total_rounds else 0.0
@@ -156,22 +159,27 @@ def _accuracy(rounds: pd.DataFrame, completed: pd.DataFrame) -> None:
 
 def _privacy(metrics: Sequence[MetricRecord]) -> None:
     eps = data.round_series(metrics, data.METRIC_EPSILON)
-    if eps.empty:
+    unbounded = data.round_series(metrics, data.METRIC_EPSILON_UNBOUNDED)
+    if eps.empty and unbounded.empty:
         st.info(
             f"No privacy accounting recorded (metric `{data.METRIC_EPSILON}`): "
             "this run does not use differential privacy, or its coordinator "
             "predates privacy reporting."
         )
-        return
-    bounded = eps[eps["value"] < data.EPSILON_UNBOUNDED]
-    if not bounded.empty:
+    if not eps.empty:
         common.show(
-            charts.metric_chart(
-                bounded, title="Privacy spent (ε) per round", y_title="ε"
-            )
+            charts.metric_chart(eps, title="Privacy spent (ε) per round", y_title="ε")
         )
-    if len(bounded) < len(eps):
-        first = int(eps[eps["value"] >= data.EPSILON_UNBOUNDED]["round"].min())
+        ceiling = data.round_series(metrics, data.METRIC_MAX_EPSILON)
+        if not ceiling.empty:
+            st.caption(
+                f"ε spent {eps['value'].iloc[-1]:.3g} of the budget "
+                f"{ceiling['value'].iloc[-1]:.3g}: the round that would pass "
+                "it is not run."
+            )
+    if not unbounded.empty:
+        first = int(unbounded["round"].min())
+        st.metric("Privacy spent (ε)", "unbounded")
         st.warning(
             f"ε is unbounded from round {first} on: the accountant can no "
             "longer bound the privacy loss (noise too small for the "
