@@ -12,6 +12,8 @@ from fedplat.store import ContributionRecord, Store, StoreError, Verdict
 from fedplat.summary import (
     FlaggedClient,
     export_command,
+    flag_labels,
+    format_bytes,
     run_summary,
     summary_lines,
     verdict,
@@ -108,3 +110,43 @@ def test_routine_dp_clipping_flags_nobody() -> None:
     assert verdict("succeeded", both) == "flagged"
     suspect = ContributionRecord("r", 1, "c", None, {}, True, ())
     assert verdict("succeeded", Verdict(1.0, True), suspect) == "suspect"
+
+
+def _contribution(suspect: bool, flags: tuple[str, ...] = ()) -> ContributionRecord:
+    return ContributionRecord("run", 1, "c", None, {}, suspect, flags)
+
+
+@pytest.mark.parametrize(
+    ("status", "v", "contribution", "expected"),
+    [
+        ("succeeded", Verdict(), None, "not aggregated"),
+        ("succeeded", Verdict(1.0, True, 1.0), None, "accepted"),
+        ("succeeded", Verdict(1.0, True, None, ("clipped",)), None, "flagged"),
+        ("succeeded", Verdict(0.0, False, None, ("krum",)), None, "excluded"),
+        ("succeeded", Verdict(0.0, False), _contribution(True), "suspect"),
+        ("succeeded", Verdict(1.0, True), _contribution(False), "accepted"),
+        ("late", Verdict(), None, "straggler"),
+        ("dropped", Verdict(), None, "straggler"),
+        ("rejected", Verdict(), None, "rejected"),
+        # Written at close: a client still "downloaded" never sent its update.
+        ("downloaded", Verdict(), None, "straggler"),
+        ("selected", Verdict(), None, "straggler"),
+    ],
+)
+def test_verdict(
+    status: str, v: Verdict, contribution: ContributionRecord | None, expected: str
+) -> None:
+    assert verdict(status, v, contribution) == expected
+
+
+def test_flag_labels_merge_without_aggregator_duplicates() -> None:
+    v = Verdict(1.0, True, None, ("clipped",))
+    c = _contribution(False, ("agg:clipped", "zero-update", "clipped"))
+    assert flag_labels(v, c) == ["clipped", "zero-update"]
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(None) == "-"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(3 * 1024**3) == "3.0 GiB"

@@ -21,6 +21,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url, ledger, status
+from fedplat.ui.clients import CLIENT_COLUMNS, clients_frame
 from sqlalchemy.engine import make_url
 
 from fedplat.store import (
@@ -35,6 +36,12 @@ from fedplat.store import (
 from fedplat.summary import LedgerCheck, RunSummary, ledger_check, run_summary
 
 DEFAULT_REFRESH_S = 3.0
+#: What a page says about a database without runs.
+NO_RUNS = (
+    "No runs in this database yet. Start one with "
+    "`fedplat coordinator --config run.yaml`; it appears here as soon as the "
+    "coordinator registers it."
+)
 
 
 def _refresh_from_env() -> float:
@@ -195,12 +202,12 @@ def load_clients(url: str, run_id: str) -> pd.DataFrame:
     view = load_run_view(url, run_id)
     clients = store.list_clients(run_id)
     if view is None:
-        return pd.DataFrame(columns=data.CLIENT_COLUMNS)
+        return pd.DataFrame(columns=CLIENT_COLUMNS)
     parts = data.participations_frame(
         store.list_participations(run_id), clients, store.list_contributions(run_id)
     )
     board = load_contributions(url, run_id).board
-    return data.clients_frame(clients, parts, board, run=view)
+    return clients_frame(clients, parts, board, run=view)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -304,11 +311,7 @@ def federated_runs(url: str) -> pd.DataFrame | None:
         fail_softly(exc)
         return None
     if runs.empty:
-        st.info(
-            "No runs in this database yet. Start one with "
-            "`fedplat coordinator --config run.yaml`; it appears here as soon as "
-            "the coordinator registers it."
-        )
+        st.info(NO_RUNS)
         return None
     federated = runs[runs["mode"] != "gossip"]
     if federated.empty:
@@ -347,6 +350,7 @@ def fail_softly(exc: StoreError) -> None:
 
 __all__ = [
     "DB_ENV",
+    "NO_RUNS",
     "REFRESH_ENV",
     "database_url",
     "display_url",

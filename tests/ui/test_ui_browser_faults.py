@@ -97,9 +97,7 @@ def test_a_dead_client_and_a_dead_coordinator_in_chromium(
     # waits for a third live client, which never comes.
     wait_for(waiting, 120, "the coordinator to wait for clients", procs=procs)
     header = _header(page)
-    sync_api.expect(header).to_contain_text(
-        "waiting for clients: 2/3", timeout=60_000
-    )
+    sync_api.expect(header).to_contain_text("waiting for clients: 2/3", timeout=60_000)
     lost = page.locator('[data-testid="stAlert"]').filter(has_text="Lost")
     sync_api.expect(lost).to_contain_text("client-2", timeout=30_000)
     sync_api.expect(lost).not_to_contain_text("client-0")
@@ -131,9 +129,7 @@ def test_a_dead_client_and_a_dead_coordinator_in_chromium(
     assert crashed is not None and crashed.status == "running"  # the stored word
     alert = page.locator('[data-testid="stAlert"]').filter(has_text="Interrupted")
     sync_api.expect(alert).to_contain_text("No heartbeat from the coordinator")
-    sync_api.expect(
-        page.get_by_role("heading", name="Summary so far")
-    ).to_have_count(1)
+    sync_api.expect(page.get_by_role("heading", name="Summary so far")).to_have_count(1)
     no_exception(page)
     page.screenshot(path=str(shots / "crash_run.png"), full_page=True)
 

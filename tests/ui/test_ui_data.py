@@ -11,11 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from fedplat.ui import charts, data, display_url, graph, ledger, status
+from fedplat.ui import charts, data, display_url, graph, ledger
 
 from fedplat.cli import build_parser
 from fedplat.store import (
-    ContributionRecord,
     EventRecord,
     MetricRecord,
     RunRecord,
@@ -23,7 +22,7 @@ from fedplat.store import (
     Verdict,
 )
 from fedplat.summary import LedgerCheck, LedgerProblemRow, ledger_check
-from tests.support.ui_fixture import build_fixture_db, keep_alive
+from tests.support.ui_fixture import build_fixture_db
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -42,39 +41,6 @@ def run_record(config: dict[str, Any], current: int = 0) -> RunRecord:
     return RunRecord(
         "run", "r", "running", config, {}, 10, current, None, NOW, NOW, None
     )
-
-
-def _contribution(suspect: bool, flags: tuple[str, ...] = ()) -> ContributionRecord:
-    return ContributionRecord("run", 1, "c", None, {}, suspect, flags)
-
-
-@pytest.mark.parametrize(
-    ("status", "v", "contribution", "expected"),
-    [
-        ("succeeded", Verdict(), None, "not aggregated"),
-        ("succeeded", Verdict(1.0, True, 1.0), None, "accepted"),
-        ("succeeded", Verdict(1.0, True, None, ("clipped",)), None, "flagged"),
-        ("succeeded", Verdict(0.0, False, None, ("krum",)), None, "excluded"),
-        ("succeeded", Verdict(0.0, False), _contribution(True), "suspect"),
-        ("succeeded", Verdict(1.0, True), _contribution(False), "accepted"),
-        ("late", Verdict(), None, "straggler"),
-        ("dropped", Verdict(), None, "straggler"),
-        ("rejected", Verdict(), None, "rejected"),
-        # Written at close: a client still "downloaded" never sent its update.
-        ("downloaded", Verdict(), None, "straggler"),
-        ("selected", Verdict(), None, "straggler"),
-    ],
-)
-def test_verdict(
-    status: str, v: Verdict, contribution: ContributionRecord | None, expected: str
-) -> None:
-    assert data.verdict(status, v, contribution) == expected
-
-
-def test_flag_labels_merge_without_aggregator_duplicates() -> None:
-    v = Verdict(1.0, True, None, ("clipped",))
-    c = _contribution(False, ("agg:clipped", "zero-update", "clipped"))
-    assert data.flag_labels(v, c) == ["clipped", "zero-update"]
 
 
 def test_round_series_prefers_run_level_and_last_write() -> None:
@@ -103,33 +69,7 @@ def test_latest_per_client() -> None:
     assert data.latest_per_client(ms, "s") == {"a": 0.1, "b": 0.3}
 
 
-def test_filter_clients() -> None:
-    frame = pd.DataFrame(
-        {
-            "client_id": ["a1", "b2", "c3"],
-            "name": ["alpha", "Beta", "gamma"],
-            "state": ["active", "idle", "lost"],
-            "rounds_joined": [5, 2, 0],
-            "flagged_rounds": [0, 1, 3],
-        }
-    )
-
-    def ids(f: data.ClientFilter) -> list[str]:
-        return list(data.filter_clients(frame, f)["client_id"])
-
-    assert ids(data.ClientFilter()) == ["a1", "b2", "c3"]
-    assert ids(data.ClientFilter(states=("idle", "lost"))) == ["b2", "c3"]
-    assert ids(data.ClientFilter(name_contains=" beta ")) == ["b2"]
-    assert ids(data.ClientFilter(name_contains="3")) == ["c3"]
-    assert ids(data.ClientFilter(min_rounds_joined=2)) == ["a1", "b2"]
-    assert ids(data.ClientFilter(flagged_only=True, min_rounds_joined=1)) == ["b2"]
-
-
-def test_formatting() -> None:
-    assert data.format_bytes(None) == "-"
-    assert data.format_bytes(512) == "512 B"
-    assert data.format_bytes(1536) == "1.5 KiB"
-    assert data.format_bytes(3 * 1024**3) == "3.0 GiB"
+def test_format_duration() -> None:
     assert data.format_duration(59.6) == "1m 0s"
     assert data.format_duration(3725) == "1h 2m"
     assert data.format_duration(None) == "-"
@@ -172,34 +112,6 @@ def test_events_name_their_clients() -> None:
     assert list(frame["client"][:2]) == ["phone-9", "zz"]
     assert list(frame["client_id"][:2]) == ["c9", "zz"]
     assert frame[["client", "client_id"]].iloc[2].isna().all()
-
-
-def test_clients_frame_shows_derived_states_and_last_contact(tmp_path: Path) -> None:
-    path = tmp_path / "f.db"
-    ids = build_fixture_db(path)
-    keep_alive(path, ids)
-    now = datetime.now(UTC)
-    with Store(str(path), migrate=False) as store:
-        frames = {}
-        for name in ("digits-done", "digits-live", "digits-waiting", "digits-crashed"):
-            run = store.get_run(ids[name])
-            assert run is not None
-            clients = store.list_clients(run.id)
-            parts = data.participations_frame(
-                store.list_participations(run.id), clients
-            )
-            view = status.run_view(run, now)
-            frames[name] = data.clients_frame(clients, parts, run=view, now=now)
-    states = {
-        n: dict(zip(f["client_id"], f["state"], strict=True)) for n, f in frames.items()
-    }
-    assert set(states["digits-done"].values()) == {"finished"}
-    assert set(states["digits-live"].values()) == {"active"}
-    assert states["digits-waiting"] == {"w0": "active", "w1": "active", "w2": "lost"}
-    assert states["digits-crashed"] == {"x0": "interrupted", "x1": "lost"}
-    waiting = frames["digits-waiting"].set_index("client_id")
-    assert waiting.loc["w2", "seen"].startswith("10m ")
-    assert waiting.loc["w2", "status"] == "enrolled"  # the stored column, unchanged
 
 
 # --------------------------------------------------------------------------- #

@@ -225,31 +225,10 @@ def _metrics_row(run: RunRecord, rounds: pd.DataFrame, parts: pd.DataFrame) -> N
     )
 
 
-def _body(url: str, run_id: str) -> None:
-    run = common.load_run(url, run_id)
-    view = common.load_run_view(url, run_id)
-    if run is None or view is None:
-        st.warning("This run is no longer in the store.")
-        return
-    rounds = common.load_rounds(url, run_id)
-    parts = common.load_participations(url, run_id)
-    metrics = common.load_metrics(url, run_id)
-    events = common.load_events(url, run_id)
-    clients = common.load_clients(url, run_id)
-    open_round = bool((rounds["status"] == "open").any()) if not rounds.empty else False
-    _header(run, view, open_round)
-    _liveness(clients)
-    if view.ended or view.state == "interrupted":
-        _summary(common.load_summary(url, run_id), view, url)
-    _metrics_row(run, rounds, parts)
-
-    if rounds.empty:
-        st.info(
-            "No round has started yet: the coordinator waits until enough "
-            "clients are live (selection.min_available)."
-        )
-        return
-
+def _charts(
+    rounds: pd.DataFrame, parts: pd.DataFrame, metrics: Sequence[MetricRecord]
+) -> None:
+    """Accuracy and loss, outcomes and traffic, compression and privacy."""
     completed = rounds[rounds["status"] == "completed"]
     left, right = st.columns(2)
     with left:
@@ -295,6 +274,34 @@ def _body(url: str, run_id: str) -> None:
             )
     with right:
         _privacy(metrics)
+
+
+def _body(url: str, run_id: str) -> None:
+    run = common.load_run(url, run_id)
+    view = common.load_run_view(url, run_id)
+    if run is None or view is None:
+        st.warning("This run is no longer in the store.")
+        return
+    rounds = common.load_rounds(url, run_id)
+    parts = common.load_participations(url, run_id)
+    metrics = common.load_metrics(url, run_id)
+    events = common.load_events(url, run_id)
+    clients = common.load_clients(url, run_id)
+    open_round = bool((rounds["status"] == "open").any()) if not rounds.empty else False
+    _header(run, view, open_round)
+    _liveness(clients)
+    if view.ended or view.state == "interrupted":
+        _summary(common.load_summary(url, run_id), view, url)
+    _metrics_row(run, rounds, parts)
+
+    if rounds.empty:
+        st.info(
+            "No round has started yet: the coordinator waits until enough "
+            "clients are live (selection.min_available)."
+        )
+        return
+
+    _charts(rounds, parts, metrics)
 
     st.subheader("Aggregator verdicts")
     if parts.empty:

@@ -2,10 +2,107 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pandas as pd
 import streamlit as st
 from fedplat.ui import common
 
 from fedplat.store import StoreError
+
+COLUMN_ORDER = [
+    "name",
+    "state_label",
+    "mode",
+    "progress",
+    "participants",
+    "clients",
+    "best_accuracy",
+    "started_at",
+    "finished_at",
+    "duration",
+    "last_activity",
+    "detail",
+]
+
+
+def _column_config() -> dict[str, Any]:
+    return {
+        "name": st.column_config.TextColumn("run"),
+        "state_label": st.column_config.TextColumn(
+            "status",
+            help="running, waiting for clients, completed, failed, or "
+            "interrupted (the coordinator stopped or died mid-run)",
+        ),
+        "detail": st.column_config.TextColumn(
+            "why", help="why a run failed, waits or was interrupted"
+        ),
+        "progress": st.column_config.TextColumn(
+            "rounds done", help="completed rounds / total rounds"
+        ),
+        "participants": st.column_config.TextColumn(
+            help="succeeded / selected clients in the latest closed round"
+        ),
+        "clients": st.column_config.NumberColumn("enrolled"),
+        "best_accuracy": st.column_config.ProgressColumn(
+            "best accuracy", min_value=0.0, max_value=1.0, format="percent"
+        ),
+        "started_at": st.column_config.DatetimeColumn(
+            "started (UTC)", format="YYYY-MM-DD HH:mm:ss"
+        ),
+        "finished_at": st.column_config.DatetimeColumn(
+            "finished (UTC)", format="YYYY-MM-DD HH:mm:ss"
+        ),
+        "last_activity": st.column_config.DatetimeColumn(
+            "last event (UTC)", format="YYYY-MM-DD HH:mm:ss"
+        ),
+    }
+
+
+def _counts(runs: pd.DataFrame) -> None:
+    counts = runs["state"].value_counts()
+    cols = st.columns(5)
+    cols[0].metric("Runs", len(runs))
+    cols[1].metric(
+        "Running",
+        int(counts.get("running", 0) + counts.get("waiting", 0)),
+        help="training, or waiting for enough live clients",
+    )
+    cols[2].metric("Completed", int(counts.get("completed", 0)))
+    cols[3].metric("Failed", int(counts.get("failed", 0)))
+    cols[4].metric(
+        "Interrupted",
+        int(counts.get("interrupted", 0)),
+        help="not ended, but their coordinator stopped or died",
+    )
+
+
+def _panel(url: str) -> None:
+    try:
+        runs = common.load_runs(url)
+    except StoreError as exc:
+        common.fail_softly(exc)
+        return
+    if runs.empty:
+        st.info(common.NO_RUNS)
+        return
+    _counts(runs)
+    event = st.dataframe(
+        runs,
+        hide_index=True,
+        on_select="rerun",
+        selection_mode="single-row",
+        key="runs_table",
+        column_order=COLUMN_ORDER,
+        column_config=_column_config(),
+    )
+    st.caption("Select a row to open the run.")
+    rows = event.selection.rows if event is not None else []
+    if rows:
+        row = runs.iloc[rows[0]]
+        page = "views/gossip.py" if row["mode"] == "gossip" else "views/run.py"
+        st.session_state[common.RUN_KEY] = row["run_id"]
+        st.switch_page(page, query_params={"run": row["run_id"]})
 
 
 def render() -> None:
@@ -13,91 +110,7 @@ def render() -> None:
     url = common.store_or_stop()
 
     def panel() -> None:
-        try:
-            runs = common.load_runs(url)
-        except StoreError as exc:
-            common.fail_softly(exc)
-            return
-        if runs.empty:
-            st.info(
-                "No runs in this database yet. Start one with "
-                "`fedplat coordinator --config run.yaml`; it appears here as soon "
-                "as the coordinator registers it."
-            )
-            return
-        counts = runs["state"].value_counts()
-        cols = st.columns(5)
-        cols[0].metric("Runs", len(runs))
-        cols[1].metric(
-            "Running",
-            int(counts.get("running", 0) + counts.get("waiting", 0)),
-            help="training, or waiting for enough live clients",
-        )
-        cols[2].metric("Completed", int(counts.get("completed", 0)))
-        cols[3].metric("Failed", int(counts.get("failed", 0)))
-        cols[4].metric(
-            "Interrupted",
-            int(counts.get("interrupted", 0)),
-            help="not ended, but their coordinator stopped or died",
-        )
-        event = st.dataframe(
-            runs,
-            hide_index=True,
-            on_select="rerun",
-            selection_mode="single-row",
-            key="runs_table",
-            column_order=[
-                "name",
-                "state_label",
-                "mode",
-                "progress",
-                "participants",
-                "clients",
-                "best_accuracy",
-                "started_at",
-                "finished_at",
-                "duration",
-                "last_activity",
-                "detail",
-            ],
-            column_config={
-                "name": st.column_config.TextColumn("run"),
-                "state_label": st.column_config.TextColumn(
-                    "status",
-                    help="running, waiting for clients, completed, failed, or "
-                    "interrupted (the coordinator stopped or died mid-run)",
-                ),
-                "detail": st.column_config.TextColumn(
-                    "why", help="why a run failed, waits or was interrupted"
-                ),
-                "progress": st.column_config.TextColumn(
-                    "rounds done", help="completed rounds / total rounds"
-                ),
-                "participants": st.column_config.TextColumn(
-                    help="succeeded / selected clients in the latest closed round"
-                ),
-                "clients": st.column_config.NumberColumn("enrolled"),
-                "best_accuracy": st.column_config.ProgressColumn(
-                    "best accuracy", min_value=0.0, max_value=1.0, format="percent"
-                ),
-                "started_at": st.column_config.DatetimeColumn(
-                    "started (UTC)", format="YYYY-MM-DD HH:mm:ss"
-                ),
-                "finished_at": st.column_config.DatetimeColumn(
-                    "finished (UTC)", format="YYYY-MM-DD HH:mm:ss"
-                ),
-                "last_activity": st.column_config.DatetimeColumn(
-                    "last event (UTC)", format="YYYY-MM-DD HH:mm:ss"
-                ),
-            },
-        )
-        st.caption("Select a row to open the run.")
-        rows = event.selection.rows if event is not None else []
-        if rows:
-            row = runs.iloc[rows[0]]
-            page = "views/gossip.py" if row["mode"] == "gossip" else "views/run.py"
-            st.session_state[common.RUN_KEY] = row["run_id"]
-            st.switch_page(page, query_params={"run": row["run_id"]})
+        _panel(url)
 
     common.live(panel)
 
