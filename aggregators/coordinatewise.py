@@ -162,7 +162,27 @@ class CoordinateMedian(Rule):
         return RuleOutput(res.aggregate, participation_report(res.kept))
 
 
-class TrimmedMean(Rule):
+class _DropF(Rule):
+    """A coordinate-wise rule that drops ``f`` values per coordinate (``2f < n``,
+    checked at call time); subclasses give the reduction."""
+
+    def __init__(self, f: int) -> None:
+        self.f = check_int("f", f)
+
+    def aggregate_rows(
+        self, updates: torch.Tensor, weights: torch.Tensor
+    ) -> RuleOutput:
+        n = updates.shape[0]
+        require(2 * self.f < n, self.name, "2f < n", f=self.f, n=n)
+        res = self.reduce(updates, self.f)
+        return RuleOutput(res.aggregate, participation_report(res.kept))
+
+    @staticmethod
+    def reduce(x: torch.Tensor, f: int) -> Coordinatewise:
+        raise NotImplementedError
+
+
+class TrimmedMean(_DropF):
     """Coordinate-wise trimmed mean (Yin et al. 2018, Eq. (4)).
 
     Per coordinate, drop the ``f`` largest and ``f`` smallest values and average
@@ -182,19 +202,12 @@ class TrimmedMean(Rule):
 
     name = "trimmed_mean"
 
-    def __init__(self, f: int) -> None:
-        self.f = check_int("f", f)
-
-    def aggregate_rows(
-        self, updates: torch.Tensor, weights: torch.Tensor
-    ) -> RuleOutput:
-        n = updates.shape[0]
-        require(2 * self.f < n, self.name, "2f < n", f=self.f, n=n)
-        res = coordinate_trimmed_mean(updates, self.f)
-        return RuleOutput(res.aggregate, participation_report(res.kept))
+    @staticmethod
+    def reduce(x: torch.Tensor, f: int) -> Coordinatewise:
+        return coordinate_trimmed_mean(x, f)
 
 
-class MeaMed(Rule):
+class MeaMed(_DropF):
     """Mean around the median (Xie, Koyejo & Gupta 2018, "Generalized
     Byzantine-tolerant SGD", Definition 5, "MeaMed").
 
@@ -220,13 +233,6 @@ class MeaMed(Rule):
 
     name = "meamed"
 
-    def __init__(self, f: int) -> None:
-        self.f = check_int("f", f)
-
-    def aggregate_rows(
-        self, updates: torch.Tensor, weights: torch.Tensor
-    ) -> RuleOutput:
-        n = updates.shape[0]
-        require(2 * self.f < n, self.name, "2f < n", f=self.f, n=n)
-        res = coordinate_meamed(updates, self.f)
-        return RuleOutput(res.aggregate, participation_report(res.kept))
+    @staticmethod
+    def reduce(x: torch.Tensor, f: int) -> Coordinatewise:
+        return coordinate_meamed(x, f)

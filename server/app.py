@@ -164,6 +164,12 @@ class Server:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         creds = _credentials(self.cfg)
+        if creds is None:
+            log.warning(
+                "serving PLAINTEXT gRPC on %s (server.insecure: true): tokens, "
+                "models and updates can be read and altered on the network",
+                s.address,
+            )
         try:
             self.port = (
                 self.server.add_insecure_port(s.address)

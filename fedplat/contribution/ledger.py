@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
 )
 
+from fedplat.ledger_record import LedgerEntryLike, LedgerHeadLike
 from fedplat.security.keys import (
     key_id,
     public_key_pem,
@@ -86,38 +87,9 @@ class LedgerHead:
     key_id: str | None
 
 
-class StoredEntry(Protocol):
-    """A ledger entry as read back from the store."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def round_number(self) -> int: ...
-    @property
-    def client_id(self) -> str: ...
-    @property
-    def payload_json(self) -> str: ...
-    @property
-    def prev_hash(self) -> str: ...
-    @property
-    def entry_hash(self) -> str: ...
-    @property
-    def signature(self) -> str | None: ...
-
-
-class StoredHead(Protocol):
-    """A ledger head as read back from the store."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def head_hash(self) -> str: ...
-    @property
-    def signature(self) -> str | None: ...
-    @property
-    def public_key_pem(self) -> str | None: ...
-    @property
-    def key_id(self) -> str | None: ...
+#: Entries and heads as read back from the store.
+StoredEntry = LedgerEntryLike
+StoredHead = LedgerHeadLike
 
 
 class LedgerReader(Protocol):

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
+
+from fedplat.ledger_record import LedgerEntryLike, LedgerHeadLike
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,40 +279,6 @@ class RoundClose:
     events: tuple[EventRow, ...] = ()
     ledger: tuple[tuple[LedgerEntryLike, ...], LedgerHeadLike] | None = None
     run_status: Literal["completed", "failed"] | None = None
-
-
-class LedgerEntryLike(Protocol):
-    """What :meth:`fedplat.store.Store.append_ledger` needs of a new entry."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def round_number(self) -> int: ...
-    @property
-    def client_id(self) -> str: ...
-    @property
-    def payload_json(self) -> str: ...
-    @property
-    def prev_hash(self) -> str: ...
-    @property
-    def entry_hash(self) -> str: ...
-    @property
-    def signature(self) -> str | None: ...
-
-
-class LedgerHeadLike(Protocol):
-    """What :meth:`fedplat.store.Store.append_ledger` needs of the new head."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def head_hash(self) -> str: ...
-    @property
-    def signature(self) -> str | None: ...
-    @property
-    def public_key_pem(self) -> str | None: ...
-    @property
-    def key_id(self) -> str | None: ...
 
 
 __all__ = [

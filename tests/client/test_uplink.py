@@ -13,7 +13,7 @@ from fedplat.server.config import ConfigError, parse_config
 
 from fedplat.sim import simulate
 from fedplat.store import Store
-from tests.support import digits_client, run_config
+from tests.support import digits_client, dp_fedavg_config, run_config
 
 
 def _build(state_root: Path | None = None) -> Any:
@@ -65,14 +65,12 @@ def test_compressed_runs_learn_and_store_bytes(
 
 def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
     cfg = parse_config(
-        run_config(
+        dp_fedavg_config(
             tmp_path,
             rounds=3,
             clients=4,
-            aggregator={"name": "fedavg", "weighted": False},
-            selection={"sampling": "poisson", "rate": 1.0, "quorum": 1},
+            rate=1.0,
             privacy={
-                "mode": "central",
                 "epsilon": 8.0,
                 "delta": 1e-5,
                 "clip_norm": 0.5,
@@ -96,11 +94,10 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
     from fedplat.vectors import Layout, TensorSpec
 
     cfg = parse_config(
-        run_config(
+        dp_fedavg_config(
             tmp_path,
-            aggregator={"name": "fedavg", "weighted": False},
-            selection={"sampling": "poisson", "rate": 0.5, "quorum": 1},
-            privacy={"mode": "central", "noise_multiplier": 1.0, "clip_norm": 1.0},
+            rate=0.5,
+            privacy={"noise_multiplier": 1.0, "clip_norm": 1.0},
         )
     )
     plan = UplinkPlan(cfg, Layout((TensorSpec("w", (2,)),)))

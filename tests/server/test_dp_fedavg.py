@@ -23,7 +23,7 @@ from fedplat.store import Store
 from fedplat.uplink.decode import PayloadSink
 from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import Layout, TensorSpec
-from tests.support import digits_client, run_config
+from tests.support import digits_client, dp_fedavg_config, run_config
 
 D = 40
 LAYOUT = Layout((TensorSpec("w", (D,)),))
@@ -266,14 +266,13 @@ def test_poisson_rounds_draw_a_random_number_of_clients(tmp_path: Path) -> None:
 
 def test_the_budget_ends_the_run_completed_with_its_reason(tmp_path: Path) -> None:
     cfg = parse_config(
-        run_config(
+        dp_fedavg_config(
             tmp_path,
             rounds=6,
             clients=4,
-            aggregator={"name": "fedavg", "weighted": False},
-            selection={"sampling": "poisson", "rate": 0.5, "quorum": 1},
+            rate=0.5,
             # Calibrated for 6 rounds at epsilon 8, but allowed only 4.
-            privacy={"mode": "central", "epsilon": 8.0, "max_epsilon": 4.0},
+            privacy={"epsilon": 8.0, "max_epsilon": 4.0},
         )
     )
     res = simulate(cfg, _build(4), 4)
@@ -291,14 +290,12 @@ def test_the_budget_ends_the_run_completed_with_its_reason(tmp_path: Path) -> No
 
 def test_adaptive_clipping_through_the_coordinator(tmp_path: Path) -> None:
     cfg = parse_config(
-        run_config(
+        dp_fedavg_config(
             tmp_path,
             rounds=4,
             clients=4,
-            aggregator={"name": "fedavg", "weighted": False},
-            selection={"sampling": "poisson", "rate": 1.0, "quorum": 1},
+            rate=1.0,
             privacy={
-                "mode": "central",
                 "noise_multiplier": 0.3,
                 "clip_norm": 0.05,
                 # b_bar = (0 - 2 + 0.5 xi) / 4 + 1/2 = xi / 8 < 1/2: C grows.
@@ -322,14 +319,13 @@ def test_rounds_that_sample_nobody_complete_and_are_stored(tmp_path: Path) -> No
     from fedplat.store.check import check_store
 
     cfg = parse_config(
-        run_config(
+        dp_fedavg_config(
             tmp_path,
             rounds=3,
             clients=2,
             min_available=1,
-            aggregator={"name": "fedavg", "weighted": False},
-            selection={"sampling": "poisson", "rate": 0.001, "quorum": 1},
-            privacy={"mode": "central", "noise_multiplier": 1.0},
+            rate=0.001,
+            privacy={"noise_multiplier": 1.0},
         )
     )
     res = simulate(cfg, _build(2), 2)

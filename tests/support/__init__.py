@@ -6,6 +6,7 @@ from tests.support.bench import run_bench
 from tests.support.clients import digits_client
 from tests.support.configs import (
     REPO,
+    dp_fedavg_config,
     free_port,
     issue_tokens,
     run_config,
@@ -19,6 +20,7 @@ __all__ = [
     "REPO",
     "Procs",
     "digits_client",
+    "dp_fedavg_config",
     "free_port",
     "issue_tokens",
     "ref_geometric_median",

@@ -68,3 +68,17 @@ def issue_tokens(cfg: dict[str, Any], count: int) -> list[str]:
             run_name=cfg["run"]["name"],
         )
     return [secret for _, secret in made]
+
+
+def dp_fedavg_config(
+    tmp: Path, *, rate: float, privacy: dict[str, Any], **kw: Any
+) -> dict[str, Any]:
+    """:func:`run_config` for user-level DP-FedAvg: unweighted FedAvg, Poisson
+    sampling at ``rate`` with a quorum of 1, and ``privacy`` (mode central)."""
+    return run_config(
+        tmp,
+        aggregator={"name": "fedavg", "weighted": False},
+        selection={"sampling": "poisson", "rate": rate, "quorum": 1},
+        privacy={"mode": "central", **privacy},
+        **kw,
+    )

@@ -13,20 +13,19 @@ from streamlit.testing.v1 import AppTest
 
 from fedplat.sim import simulate
 from fedplat.store import Store
-from tests.support import digits_client, run_config
+from tests.support import digits_client, dp_fedavg_config
 
 
 def test_privacy_panel_shows_the_budget_and_the_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = parse_config(
-        run_config(
+        dp_fedavg_config(
             tmp_path,
             rounds=6,
             clients=4,
-            aggregator={"name": "fedavg", "weighted": False},
-            selection={"sampling": "poisson", "rate": 0.5, "quorum": 1},
-            privacy={"mode": "central", "epsilon": 8.0, "max_epsilon": 4.0},
+            rate=0.5,
+            privacy={"epsilon": 8.0, "max_epsilon": 4.0},
         )
     )
     res = simulate(cfg, lambda i, f: digits_client(i, f, 4), 4)
