@@ -195,16 +195,12 @@ def ledger_check(store: Store, run_id: str) -> LedgerCheck:
             if report.signed
             else "unsigned"
         )
-        return LedgerCheck(
-            "verified",
-            f"{report.entries} entries, chain intact ({how})",
-            entries=report.entries,
-            signed=report.signed,
-            key_id=report.key_id,
-        )
+        message = f"{report.entries} entries, chain intact ({how})"
+    else:
+        message = f"{len(problems)} problem(s) in {report.entries} entries"
     return LedgerCheck(
-        "broken",
-        f"{len(problems)} problem(s) in {report.entries} entries",
+        "verified" if report.ok else "broken",
+        message,
         entries=report.entries,
         signed=report.signed,
         key_id=report.key_id,

@@ -2,7 +2,7 @@
 ``playwright install``), and ``fedplat monitor`` started on a free port.
 
 The ``browser`` fixture (tests/conftest.py) launches Chromium; test modules skip
-themselves with :data:`NEEDS_CHROMIUM` and ``pytest.importorskip``.
+themselves with :data:`BROWSER_TEST` and ``pytest.importorskip``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
     reason="needs Debian's chromium for the browser test "
     "(apt-get install chromium; `make setup` installs it)",
 )
+
+#: Marks of a browser test module: a real browser and real processes.
+BROWSER_TEST = [pytest.mark.integration, pytest.mark.timeout(600), NEEDS_CHROMIUM]
 
 
 def screenshots_dir(tmp_path: Path) -> Path:
@@ -73,7 +76,9 @@ def start_monitor(procs: Procs, db: str, refresh: float = 1.0) -> str:
         ],
     )
     base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _healthy(f"{base}/_stcore/health"), 60, "the monitor", procs=procs)
+    wait_for(
+        lambda: _healthy(f"{base}/_stcore/health"), 180, "the monitor", procs=procs
+    )
     return base
 
 
@@ -98,6 +103,7 @@ def no_exception(page: Any) -> None:
 
 
 __all__ = [
+    "BROWSER_TEST",
     "CHROMIUM",
     "CHROMIUM_ARGS",
     "NEEDS_CHROMIUM",

@@ -30,7 +30,7 @@ from tests.support import (
     write_config,
 )
 from tests.support.browser import (
-    NEEDS_CHROMIUM,
+    BROWSER_TEST,
     grid,
     metric,
     no_exception,
@@ -42,11 +42,7 @@ ROUNDS = 3
 CLIENTS = 3
 SCENARIO = REPO / "examples" / "scenarios" / "ring_kill.toml"
 
-pytestmark = [
-    pytest.mark.integration,  # a real browser and real processes
-    pytest.mark.timeout(600),
-    NEEDS_CHROMIUM,
-]
+pytestmark = BROWSER_TEST
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs the playwright package (dev extra)"
 )

@@ -21,7 +21,7 @@ from fedplat.store import Store
 from fedplat.transport.health import wait_healthy
 from tests.support import Procs, issue_tokens, run_config, wait_for, write_config
 from tests.support.browser import (
-    NEEDS_CHROMIUM,
+    BROWSER_TEST,
     grid,
     no_exception,
     screenshots_dir,
@@ -31,11 +31,7 @@ from tests.support.browser import (
 CLIENTS = 3
 RUN = "browser-faults"
 
-pytestmark = [
-    pytest.mark.integration,  # a real browser and real processes
-    pytest.mark.timeout(600),
-    NEEDS_CHROMIUM,
-]
+pytestmark = BROWSER_TEST
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs the playwright package (dev extra)"
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -82,25 +83,27 @@ def _liveness(clients: pd.DataFrame) -> None:
         )
 
 
+def _accuracy_metric(
+    col: Any, label: str, value: float | None, round_number: int | None
+) -> None:
+    col.metric(
+        label,
+        f"{value:.2%}" if value is not None else "-",
+        help=f"round {round_number}" if round_number else None,
+    )
+
+
 def _summary(summary: RunSummary, view: status.RunView, url: str) -> None:
     title = "Summary" if view.ended else "Summary so far"
     with st.container(border=True):
         st.subheader(title)
         cols = st.columns(5)
         cols[0].metric("Rounds", f"{summary.rounds_completed} / {summary.total_rounds}")
-        cols[1].metric(
-            "Final accuracy",
-            f"{summary.final_accuracy:.2%}"
-            if summary.final_accuracy is not None
-            else "-",
-            help=f"round {summary.accuracy_round}" if summary.accuracy_round else None,
+        _accuracy_metric(
+            cols[1], "Final accuracy", summary.final_accuracy, summary.accuracy_round
         )
-        cols[2].metric(
-            "Best accuracy",
-            f"{summary.best_accuracy:.2%}"
-            if summary.best_accuracy is not None
-            else "-",
-            help=f"round {summary.best_round}" if summary.best_round else None,
+        _accuracy_metric(
+            cols[2], "Best accuracy", summary.best_accuracy, summary.best_round
         )
         cols[3].metric(
             "Traffic",
