@@ -291,8 +291,10 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
     index = ids.index(wanted) if wanted in ids else 0
 
     def _label(run_id: str) -> str:
-        row = by_id.loc[run_id]
-        return f"{row['name']} · {row['state_label']} · {row['progress']}"
+        # Names only: the sidebar is drawn when the page loads, not on the live
+        # panel's refreshes, so a state here would go stale and contradict the
+        # run's header ("running" beside "interrupted").
+        return str(by_id.loc[run_id, "name"])
 
     choice = st.sidebar.selectbox(label, ids, index=index, format_func=_label)
     run_id = str(choice)
