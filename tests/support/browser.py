@@ -83,8 +83,14 @@ def start_monitor(procs: Procs, db: str, refresh: float = 1.0) -> str:
 
 
 def metric(page: Any, label: str) -> Any:
-    """The ``st.metric`` whose label contains ``label``."""
-    return page.locator('[data-testid="stMetric"]').filter(has_text=label)
+    """The ``st.metric`` whose label contains ``label``. Stale elements are left
+    out: while a live panel re-runs with a new layout (a line of client states
+    appears above the metrics), the old metric lingers, marked stale, beside the
+    new one."""
+    return page.locator(
+        '[data-testid="stElementContainer"]:not([data-stale="true"]) '
+        '[data-testid="stMetric"]'
+    ).filter(has_text=label)
 
 
 def grid(page: Any) -> Any:
