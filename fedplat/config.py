@@ -64,4 +64,38 @@ def validation_message(exc: ValidationError, header: str) -> str:
     return "\n".join([header, *(f"  {p}" for p in problems)])
 
 
-__all__ = ["Strict", "read_mapping", "validation_message"]
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on top, nested mappings merged key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = (
+            deep_merge(out[k], v)
+            if isinstance(v, dict) and isinstance(out.get(k), dict)
+            else v
+        )
+    return out
+
+
+def env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """``FEDPLAT__SECTION__KEY=value`` overrides (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith("FEDPLAT__"):
+            continue
+        parts = [p.lower() for p in key[len("FEDPLAT__") :].split("__") if p]
+        if not parts:
+            continue
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+__all__ = [
+    "Strict",
+    "deep_merge",
+    "env_overrides",
+    "read_mapping",
+    "validation_message",
+]

@@ -146,36 +146,8 @@ class RoundDriver:
         secagg_config = self._secagg_config(chosen, number)
         if secagg_config is None and self.p.plan.secure:
             chosen = []  # too few for secure aggregation: the round releases noise
-        assignments = {
-            c.client_id: Assignment(
-                c.client_id,
-                c.name,
-                secrets.token_hex(8),
-                secrets.token_bytes(16),
-                row,
-                derive_seed(self.cfg.run.seed % (1 << 64), number, "train", c.name)
-                % (1 << 63),
-            )
-            for row, c in enumerate(chosen)
-        }
-        d = self.p.layout.numel
-        rows = needs_rows(
-            self.p.aggregator,
-            bool(self.cfg.aggregator.pre),
-            self.p.contribution is not None,
-        )
-        weighted = self.cfg.aggregator.is_weighted
-        acc: Accumulator
-        plan = self.p.plan
-        if plan.secure:
-            sk = plan.sketcher is not None
-            acc = MaskedSum(plan.sketch_size() if sk else d, sketch_space=sk)
-        elif rows:
-            acc = RowStack(len(chosen), d)
-        elif plan.sketcher is not None:
-            acc = SketchSum(self.p.plan.sketch_size(), weighted=weighted)
-        else:
-            acc = RunningSum(d, weighted=weighted)
+        assignments = self._assignments(chosen, number)
+        acc = self._accumulator(len(chosen))
         now = self.clock()
         deadline = now + self.cfg.deadlines.round_seconds
         state = RoundState(
@@ -216,6 +188,43 @@ class RoundDriver:
         )
         log.info("round %d opened: %d clients selected", number, len(chosen))
         return number
+
+    def _assignments(
+        self, chosen: list[ClientState], number: int
+    ) -> dict[str, Assignment]:
+        """Each selected client's task: fresh task id and nonce, its row, and
+        its training seed (derived from the run's seed, the round and its name)."""
+        return {
+            c.client_id: Assignment(
+                c.client_id,
+                c.name,
+                secrets.token_hex(8),
+                secrets.token_bytes(16),
+                row,
+                derive_seed(self.cfg.run.seed % (1 << 64), number, "train", c.name)
+                % (1 << 63),
+            )
+            for row, c in enumerate(chosen)
+        }
+
+    def _accumulator(self, n: int) -> Accumulator:
+        """Where the round's uploads go: masked sums under secure aggregation,
+        rows for rules that need them, else a running (sketch) sum."""
+        d = self.p.layout.numel
+        plan = self.p.plan
+        weighted = self.cfg.aggregator.is_weighted
+        if plan.secure:
+            sk = plan.sketcher is not None
+            return MaskedSum(plan.sketch_size() if sk else d, sketch_space=sk)
+        if needs_rows(
+            self.p.aggregator,
+            bool(self.cfg.aggregator.pre),
+            self.p.contribution is not None,
+        ):
+            return RowStack(n, d)
+        if plan.sketcher is not None:
+            return SketchSum(plan.sketch_size(), weighted=weighted)
+        return RunningSum(d, weighted=weighted)
 
     def _select(self, live: list[ClientState], number: int) -> list[ClientState]:
         """This attempt's clients, in enrolment order."""

@@ -7,7 +7,7 @@ local DP) and sends it in every training message's ConfigRecord under
 encodes with :func:`encode_update`, the strategy decodes with
 :func:`decode_update`. The compression and privacy sections are those of a
 fedplat run file (:class:`~fedplat.server.config.CompressionSection`,
-:class:`~fedplat.server.config.PrivacySection`).
+:class:`~fedplat.privacy.config.PrivacySection`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from fedplat.compression import (
 )
 from fedplat.config import Strict, validation_message
 from fedplat.privacy import GaussianMechanism, PrivacyError, privatize_payload
-from fedplat.server.config import CompressionSection, PrivacySection
+from fedplat.privacy.config import PrivacySection
+from fedplat.server.config import CompressionSection
 from fedplat.vectors import Layout
 
 __all__ = ["CONFIG_KEY", "UplinkError", "UplinkSpec", "decode_update", "encode_update"]
