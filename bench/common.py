@@ -13,7 +13,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "loadavg",
     "median",
     "peak_rss_mb",
+    "round_progress",
     "shared_machine",
     "tiny_parser",
     "write_results",
@@ -165,3 +166,20 @@ class PeakRss:
 
     def processes(self) -> list[str]:
         return sorted({self.names.get(p, "?") for p in self.peaks})
+
+
+def round_progress(name: str, rounds: int) -> Callable[[Any], None]:
+    """An ``on_round`` callback for ``fedplat.sim.simulate`` that prints each
+    evaluated round's accuracy and the seconds since it was made to stderr."""
+    t0 = time.perf_counter()
+
+    def progress(outcome: Any) -> None:
+        if outcome.accuracy is not None:
+            print(
+                f"[{name}] round {outcome.number}/{rounds} acc "
+                f"{outcome.accuracy:.4f} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return progress

@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # allow ``python bench/vs_flower_sim.py``
     sys.path.insert(0, str(REPO))
 
+from bench.docs import add_doc_args, handle_doc_args  # noqa: E402
 from examples.flower.launch import APP_DIR, FlowerRuntime  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "vs_flower_sim.json"
@@ -257,11 +258,59 @@ def run(setup: Setup, out: Path, tiny: bool) -> dict[str, Any]:
     return data
 
 
+def results_block(data: dict[str, Any]) -> str:
+    """README.md's table and the numbers of its discussion."""
+    lines = [
+        "| rule | fedplat accuracy | Flower accuracy | aggregation speedup |",
+        "|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        lines.append(
+            f"| {r['rule']} | {r['fedplat_accuracy']:.4f} "
+            f"| {r['flower_accuracy']:.4f} | {r['aggregation_speedup']:.2f}x |"
+        )
+    g = data["goals"]
+    slow = [
+        r
+        for r in data["rows"]
+        if r["robust"] and r["aggregation_speedup"] < g["robust_speedup_goal"]
+    ]
+    fast = [
+        r["rule"]
+        for r in data["rows"]
+        if r["robust"] and r["aggregation_speedup"] >= g["robust_speedup_goal"]
+    ]
+    lines += [
+        "",
+        f"Goal ({g['robust_speedup_goal']:g}x faster aggregation for every robust "
+        f"rule): met for {', '.join(fast) or 'none'}, missed for "
+        f"{', '.join(r['rule'] for r in slow) or 'none'}. For the missed rules "
+        "fedplat's rule itself takes "
+        f"{1000 * min(r['fedplat_rule_s'] for r in slow):.1f} to "
+        f"{1000 * max(r['fedplat_rule_s'] for r in slow):.1f} ms of a "
+        f"{1000 * min(r['fedplat_aggregation_s'] for r in slow):.1f} to "
+        f"{1000 * max(r['fedplat_aggregation_s'] for r in slow):.1f} ms step "
+        f"({data['setup']['model']}, {data['setup']['supernodes']} SuperNodes).",
+    ]
+    return "\n".join(lines)
+
+
+DOC = REPO / "README.md"
+
+
+def doc_blocks() -> dict[str, str]:
+    """The generated block of README.md, from the committed results."""
+    return {"vs-flower-sim": results_block(json.loads(DEFAULT_OUT.read_text()))}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="2 rules, 5 nodes, 2 rounds")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
+    if handle_doc_args(args, DOC, doc_blocks):
+        return 0
     data = run(TINY if args.tiny else FULL, args.out, args.tiny)
     print(json.dumps({"goals": data["goals"]}, indent=2))
     for r in data["rows"]:

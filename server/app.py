@@ -10,41 +10,106 @@ stopped cleanly to be resumed), 1 when it failed, 2 for configuration errors
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from fedplat.server.checkpoint import CheckpointError, check_writable
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.servicer import SERVICE, CoordinatorServicer
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from fedplat.store import Store
+from fedplat.security.certs import CertError, check_key_pair, load_certificates
+from fedplat.store import Store, StoreError
 
 log = logging.getLogger("fedplat.server")
 
 
+def _read_pem(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"server.tls.{what} {path}: {exc.strerror}") from None
+
+
 def _credentials(cfg: RunConfig) -> grpc.ServerCredentials | None:
+    """The server's TLS credentials, every file checked first: gRPC itself
+    reports a bad certificate or key only as a failure to listen."""
     s = cfg.server
     if s.insecure:
         return None
     assert s.tls is not None  # guaranteed by config validation
+    cert = _read_pem(s.tls.cert, "cert")
+    key = _read_pem(s.tls.key, "key")
+    ca = _read_pem(s.tls.client_ca, "client_ca") if s.tls.client_ca else None
     try:
-        key = Path(s.tls.key).read_bytes()
-        cert = Path(s.tls.cert).read_bytes()
-        ca = Path(s.tls.client_ca).read_bytes() if s.tls.client_ca else None
-    except OSError as exc:
-        raise ConfigError(
-            f"server.tls: cannot read {exc.filename}: {exc.strerror}"
-        ) from None
-    for what, pem in (("cert", cert), ("key", key), ("client_ca", ca)):
-        if pem is not None and b"-----BEGIN" not in pem:
-            raise ConfigError(f"server.tls.{what} is not a PEM file")
+        load_certificates(cert)
+    except CertError as exc:
+        raise ConfigError(f"server.tls.cert {s.tls.cert}: {exc}") from None
+    try:
+        check_key_pair(cert, key)
+    except CertError as exc:
+        raise ConfigError(f"server.tls.key {s.tls.key}: {exc}") from None
+    if ca is not None:
+        try:
+            load_certificates(ca)
+        except CertError as exc:
+            raise ConfigError(
+                f"server.tls.client_ca {s.tls.client_ca}: {exc}"
+            ) from None
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
     )
+
+
+def check_listen(address: str) -> None:
+    """ConfigError unless ``address`` (HOST:PORT) can be listened on now.
+
+    Checked before the store is touched and before gRPC tries, whose own
+    failure says only "Failed to bind" (and logs from C++)."""
+    host, _, port = address.rpartition(":")  # the form is checked by the config
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        infos = socket.getaddrinfo(
+            host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror:
+        raise ConfigError(
+            f"cannot listen on {address}: unknown host {host!r}"
+        ) from None
+    errors = []
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as sock:
+            # As gRPC does: a port in TIME_WAIT is free to serve on.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ConfigError(
+                        f"cannot listen on {address}: the address is already in "
+                        "use (another coordinator?)"
+                    ) from None
+                errors.append(exc.strerror or str(exc))
+    if errors and len(errors) == len(infos):
+        raise ConfigError(f"cannot listen on {address}: {errors[0]}")
+
+
+def preflight(cfg: RunConfig) -> None:
+    """What can be checked before a run is opened in the store: TLS files, the
+    listening address and the checkpoint folder (ConfigError, exit status 2)."""
+    _credentials(cfg)
+    check_listen(cfg.server.address)
+    try:
+        check_writable(cfg.checkpoints.dir)
+    except CheckpointError as exc:
+        raise ConfigError(f"checkpoints.dir: {exc}") from None
 
 
 class Server:
@@ -66,11 +131,16 @@ class Server:
             self.coord.driver.run(self.stop_event)
         except BaseException as exc:  # the run must be marked, whatever happened
             self.crashed = exc
-            log.exception("round driver crashed")
+            if isinstance(exc, (CheckpointError, StoreError, OSError)):
+                # The environment failed (disk, database), not the code: one
+                # line says what, and the run is marked failed with it.
+                reason = f"the round driver stopped: {exc}"
+                log.error("%s", reason)
+            else:
+                reason = f"the round driver crashed: {type(exc).__name__}: {exc}"
+                log.exception("round driver crashed")
             try:
-                self.coord.driver.closer.give_up(
-                    f"the round driver crashed: {type(exc).__name__}: {exc}"
-                )
+                self.coord.driver.closer.give_up(reason)
             except Exception:
                 log.exception("could not record the crash in the store")
             self.stop_event.set()
@@ -165,8 +235,13 @@ class BackgroundServer:
         self._thread.join(10)
 
 
-async def _serve(cfg: RunConfig, linger_seconds: float) -> int:
+async def _serve(
+    cfg: RunConfig, linger_seconds: float, setup: Callable[[Server], object] | None
+) -> int:
+    preflight(cfg)
     srv = Server(cfg)
+    if setup is not None:  # e.g. fedplat.server.upstream.attach_upstream
+        setup(srv)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, srv.stop_event.set)
@@ -184,9 +259,15 @@ async def _serve(cfg: RunConfig, linger_seconds: float) -> int:
     return 1 if run.status == "failed" else 0
 
 
-def serve(cfg: RunConfig, *, linger_seconds: float = 3.0) -> int:
-    """Run the coordinator until the run ends or SIGINT/SIGTERM; exit status."""
-    return asyncio.run(_serve(cfg, linger_seconds))
+def serve(
+    cfg: RunConfig,
+    *,
+    linger_seconds: float = 3.0,
+    setup: Callable[[Server], object] | None = None,
+) -> int:
+    """Run the coordinator until the run ends or SIGINT/SIGTERM; exit status.
+    ``setup(server)`` runs before the server starts."""
+    return asyncio.run(_serve(cfg, linger_seconds, setup))
 
 
-__all__ = ["BackgroundServer", "Server", "serve"]
+__all__ = ["BackgroundServer", "Server", "check_listen", "preflight", "serve"]

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fedplat.server.accumulator import Accumulator
 
@@ -171,6 +172,8 @@ class RoundState:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     by_task: dict[str, Assignment] = field(default_factory=dict)
+    # Secure aggregation's state (fedplat.server.secagg_round.SecAggRound).
+    secagg: Any = None
 
     def __post_init__(self) -> None:
         self.by_task = {a.task_id: a for a in self.assignments.values()}

@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from fedplat.vectors import Layout
@@ -42,11 +44,42 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def check_writable(directory: str | os.PathLike[str]) -> None:
+    """CheckpointError unless files can be created in ``directory`` (made if
+    missing): checked when a coordinator starts, not when its first round closes."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CheckpointError(_os_reason(d, exc)) from None
+
+
+def _os_reason(d: Path, exc: OSError) -> str:
+    if isinstance(exc, FileExistsError):
+        return f"cannot write in {d}: {exc.filename} exists and is not a folder"
+    return f"cannot write in {d}: {exc.strerror or exc}"
+
+
 def save_checkpoint(
     directory: str | os.PathLike[str], ckpt: Checkpoint
 ) -> tuple[str, str]:
-    """Write ``round_XXXXXX.safetensors`` atomically; return ``(path, sha256)``."""
+    """Write ``round_XXXXXX.safetensors`` atomically; return ``(path, sha256)``.
+
+    A failure to write (the folder gone or read-only, a full disk) is a
+    :class:`CheckpointError` naming the folder."""
     d = Path(directory) / ckpt.run_id
+    try:
+        return _save(d, ckpt)
+    except OSError as exc:
+        raise CheckpointError(_os_reason(d, exc)) from None
+    except SafetensorError as exc:
+        raise CheckpointError(f"cannot write in {d}: {exc}") from None
+
+
+def _save(d: Path, ckpt: Checkpoint) -> tuple[str, str]:
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"round_{ckpt.round:06d}.safetensors"
     tmp = final.with_suffix(".tmp")
@@ -88,11 +121,12 @@ def load_checkpoint(
         raise CheckpointError(f"checkpoint {p} is missing")
     if expected_sha256 is not None and _sha256_file(p) != expected_sha256:
         raise CheckpointError(f"checkpoint {p} does not match its recorded SHA-256")
-    from safetensors import safe_open
-
-    with safe_open(str(p), framework="pt") as f:
-        meta = f.metadata() or {}
-    tensors = load_file(str(p))
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            meta = f.metadata() or {}
+        tensors = load_file(str(p))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"checkpoint {p} cannot be read: {exc}") from None
     try:
         layout = Layout.from_dict(json.loads(meta["layout"]))
         ckpt = Checkpoint(

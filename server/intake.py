@@ -49,7 +49,7 @@ from fedplat.transport.messages import (
     UploadAck,
     update_statement,
 )
-from fedplat.uplink.decode import PayloadSink, max_payload_bytes
+from fedplat.uplink.decode import PayloadSink, check_payload_size, max_payload_bytes
 from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import Layout, all_finite, count_nonfinite
 
@@ -198,20 +198,14 @@ class Intake:
                 r.number,
             )
         try:
-            row = r.accumulator.acquire(a.row)
-            sink = PayloadSink(
-                row,
-                header.total_bytes,
-                self.plan.decode,
-                seed=self.plan.seed,
-                round=r.number,
-            )
+            r.accumulator.check_upload()
+            check_payload_size(header.total_bytes, self.layout.numel)
         except PayloadError as exc:
             self._settle(r, a, "rejected", str(exc))
             raise self._refuse(
                 InvalidArgument(str(exc)), "update_rejected", client, r.number
             ) from None
-        return Upload(self, r, a, client, header, sink, row)
+        return Upload(self, r, a, client, header)
 
     def _check_header(
         self, client: ClientState, header: UpdateHeader, r: RoundState, a: Assignment
@@ -293,14 +287,28 @@ class Upload:
         a: Assignment,
         client: ClientState,
         header: UpdateHeader,
-        sink: PayloadSink,
-        row: torch.Tensor,
     ) -> None:
         self.intake, self.r, self.a, self.client = intake, r, a, client
-        self.header, self.sink, self.row = header, sink, row
+        self.header = header
         self._hash = hashlib.sha256()
         self.wire_bytes = 0  # every byte of the messages, set by the transport
         self._done = False
+        self.row: torch.Tensor | None = None
+        self.sink: PayloadSink | None = None
+
+    def start(self) -> None:
+        """Take the row the body is decoded into (after the transport admitted
+        the upload among its concurrent ones: a row is model-sized)."""
+        self.row = self.r.accumulator.acquire(self.a.row)
+        plan = self.intake.plan
+        self.sink = PayloadSink(
+            self.row,
+            self.header.total_bytes,
+            plan.decoder(self.r.accumulator.sketch_space),
+            seed=plan.seed,
+            round=self.r.number,
+            d=self.intake.layout.numel,
+        )
 
     def write(self, data: memoryview | bytes) -> None:
         g = self.intake.gate(self.r)
@@ -308,6 +316,7 @@ class Upload:
             if g.closed:
                 raise StaleUpdate(f"round {self.r.number} closed during the upload")
             g.inflight += 1
+        assert self.sink is not None, "start() first"
         try:
             self._hash.update(data)
             self.sink.write(data)
@@ -321,6 +330,7 @@ class Upload:
     def finish(self) -> UploadAck:
         """Check and accept the update (or raise with the reason)."""
         h, r, a = self.header, self.r, self.a
+        assert self.sink is not None, "start() first"
         if self._hash.hexdigest() != h.sha256:
             raise InvalidArgument("update checksum mismatch (corrupted or truncated)")
         try:
@@ -379,7 +389,8 @@ class Upload:
         signed by its key) unless the round moved on."""
         if self._done:
             return
-        self.r.accumulator.release(self.a.row, self.row)
+        if self.row is not None:
+            self.r.accumulator.release(self.a.row, self.row)
         status = "late" if isinstance(exc, StaleUpdate) else "rejected"
         if not isinstance(exc, DuplicateUpdate):
             self.intake._settle(self.r, self.a, status, exc.reason, self.wire_bytes)

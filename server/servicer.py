@@ -20,6 +20,7 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -36,7 +37,7 @@ from fedplat.transport.errors import (
     Unauthenticated,
 )
 from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
-from fedplat.transport.messages import Task
+from fedplat.transport.messages import SecAggReplyKind, Task
 from fedplat.transport.status import status_of
 
 log = logging.getLogger("fedplat.server.grpc")
@@ -190,6 +191,24 @@ class CoordinatorServicer:
 
         return await self._guard("ReportMetrics", context, run)
 
+    async def SecAgg(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> pb.SecAggReply:
+            req = serde.secagg_request_from_proto(self._parsed(request, "SecAgg"))
+            c = self._auth(context)
+            wait = min(req.wait_seconds, self.long_poll)
+            end = time.monotonic() + wait
+            board = self.coord.board
+            while True:
+                gen = board.signal.gen
+                reply = await asyncio.to_thread(self.coord.secagg_step, c, req)
+                left = end - time.monotonic()
+                if reply.kind is not SecAggReplyKind.WAIT or left <= 0:
+                    return serde.secagg_reply_to_proto(reply)
+                req = replace(req, message=b"", signature=b"")
+                await board.signal.wait_async(gen, min(left, 5.0))
+
+        return await self._guard("SecAgg", context, run)
+
     # ---------------------------------------------------------------- download
     async def DownloadModel(
         self, request: Any, context: grpc.aio.ServicerContext
@@ -253,6 +272,7 @@ class CoordinatorServicer:
         up.wire_bytes = first.ByteSize() + GRPC_FRAME_BYTES
         try:
             async with self._uploads:
+                up.start()
                 while True:
                     part = self._parsed(await self._next(it, deadline), "UploadUpdate")
                     if part is None:
@@ -300,6 +320,9 @@ class CoordinatorServicer:
                 ),
                 "ReportMetrics": grpc.unary_unary_rpc_method_handler(
                     self.ReportMetrics, parse(pb.MetricsReport), out
+                ),
+                "SecAgg": grpc.unary_unary_rpc_method_handler(
+                    self.SecAgg, parse(pb.SecAggRequest), out
                 ),
             },
         )

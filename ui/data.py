@@ -35,10 +35,11 @@ from fedplat.store import (
 # Metric names written by other components (see their modules); the monitor only
 # reads them, so they are spelled out once here.
 METRIC_EPSILON = "privacy.epsilon"
+#: Recorded instead of ``privacy.epsilon`` in a round whose ε the accountant could
+#: not bound (the store keeps finite numbers only): shown as "unbounded".
+METRIC_EPSILON_UNBOUNDED = "privacy.epsilon_unbounded"
+METRIC_MAX_EPSILON = "privacy.max_epsilon"
 METRIC_COMPRESSION = "compression.ratio"
-#: The store rejects infinities, so privacy accounting records an unbounded ε as
-#: 1e308; anything this large is shown as "unbounded" rather than plotted.
-EPSILON_UNBOUNDED = 1e300
 METRIC_SCORE = "contribution.score"
 METRIC_REWARD = "contribution.reward_share"
 
@@ -552,9 +553,10 @@ def failure_reason(run: RunRecord, events: Sequence[EventRecord]) -> str | None:
 
 __all__ = [
     "CLIENT_COLUMNS",
-    "EPSILON_UNBOUNDED",
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
+    "METRIC_EPSILON_UNBOUNDED",
+    "METRIC_MAX_EPSILON",
     "METRIC_REWARD",
     "METRIC_SCORE",
     "OUTCOMES",

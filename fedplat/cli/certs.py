@@ -50,6 +50,10 @@ def cmd_certs(args: argparse.Namespace) -> int:
                     made.append(issue(d, f"client-{i}", server=False))
     except CertError as exc:
         raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(
+            f"cannot write certificates in {args.dir}: {exc.strerror or exc}"
+        ) from None
     for m in made:
         print(f"{m.cert_path}  key {m.key_path}  sha256 {m.fingerprint[:16]}")
     return 0

@@ -1,8 +1,8 @@
 """What every ``fedplat`` subcommand shares: logging, argument types, errors.
 
-A subcommand reports a user error by raising :class:`CliError` (or a domain error
-listed in :data:`USER_ERRORS`); :func:`fedplat.cli.main` prints it as one line on
-standard error and exits with status 2, never with a traceback.
+A subcommand reports a user error by raising :class:`CliError` (or one of the
+domain errors of :func:`user_errors`); :func:`fedplat.cli.main` prints it as one
+line on standard error and exits with status 2, never with a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +18,18 @@ from typing import Any
 
 class CliError(Exception):
     """A user error: bad flag values, a missing file, an unknown name."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The errors every command reports as one line with exit status 2: its own
+    :class:`CliError`, a bad run file, a store that cannot be opened or read, and
+    a checkpoint that is missing or was tampered with. (Imported here, not at
+    module level, so ``fedplat --help`` does not load the server.)"""
+    from fedplat.server.checkpoint import CheckpointError
+    from fedplat.server.config import ConfigError
+    from fedplat.store import StoreError
+
+    return (CliError, ConfigError, StoreError, CheckpointError)
 
 
 def setup_logging(verbose: bool) -> None:
@@ -62,6 +74,15 @@ def partition_arg(text: str) -> tuple[str, dict[str, Any]]:
             f"unknown partition {name!r}; use {PARTITION_HELP}"
         )
     return name, params
+
+
+def add_partition_arg(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--partition",
+        type=partition_arg,
+        default=("iid", {}),
+        help=f"how the dataset is split over clients: {PARTITION_HELP}",
+    )
 
 
 APP_DIR_HELP = (

@@ -106,6 +106,35 @@ def _load_pem(cert_pem: bytes) -> x509.Certificate:
         raise CertError(f"not a PEM certificate: {exc}") from exc
 
 
+def load_certificates(pem: bytes) -> list[x509.Certificate]:
+    """Every certificate of a PEM file (a chain or a CA bundle); CertError when
+    there is none or one does not parse."""
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise CertError("not a PEM certificate") from None
+    if not certs:
+        raise CertError("not a PEM certificate")
+    return certs
+
+
+def check_key_pair(cert_pem: bytes, key_pem: bytes) -> None:
+    """CertError unless ``key_pem`` is an unencrypted PEM private key whose
+    public half is the one in the first certificate of ``cert_pem``: the
+    mistakes gRPC would otherwise report only as a failure to listen."""
+    cert = load_certificates(cert_pem)[0]
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise CertError("not an unencrypted PEM private key") from None
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if key.public_key().public_bytes(der, spki) != cert.public_key().public_bytes(
+        der, spki
+    ):
+        raise CertError("the private key does not belong to the certificate")
+
+
 def _der_sha256(cert: x509.Certificate) -> str:
     return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
 
@@ -289,10 +318,12 @@ __all__ = [
     "CertError",
     "CertInfo",
     "Issued",
+    "check_key_pair",
     "create_ca",
     "fingerprint",
     "inspect_certificate",
     "issue",
     "issue_peer",
+    "load_certificates",
     "peer_dns_name",
 ]

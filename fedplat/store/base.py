@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Self
 
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedplat.store.engine import WRITE_TRANSACTION_OPTION, make_engine, resolve_url
@@ -19,6 +19,20 @@ from fedplat.store.validate import (
     StoreError,
     _text,
 )
+
+
+def _reason(exc: BaseException) -> str:
+    """A database failure on one line: the driver's own message (SQLAlchemy's
+    adds the statement and a "Background on this error" link on more lines),
+    whitespace collapsed, so a command can print it as its one-line error."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    if isinstance(cause, FileExistsError) and cause.filename:
+        return f"{cause.filename} exists and is not a folder"
+    if isinstance(cause, OSError) and cause.strerror and cause.filename:
+        return f"{cause.filename}: {cause.strerror}"
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
 
 # --------------------------------------------------------------------------- #
 # The store                                                                    #
@@ -60,7 +74,7 @@ class StoreBase:
             resolved = resolve_url(url)
             self._engine = make_engine(resolved)
         except (SQLAlchemyError, ValueError, OSError) as exc:
-            raise StoreError(f"cannot open store {url!r}: {exc}") from exc
+            raise StoreError(f"cannot open store {url!r}: {_reason(exc)}") from exc
         self.url = resolved.render_as_string(hide_password=False)
         self._display_url = resolved.render_as_string(hide_password=True)
         self._closed = False
@@ -77,7 +91,7 @@ class StoreBase:
             except Exception as exc:
                 self._engine.dispose()
                 raise StoreError(
-                    f"cannot migrate store {self._display_url}: {exc}"
+                    f"cannot migrate store {self._display_url}: {_reason(exc)}"
                 ) from exc
 
     def __repr__(self) -> str:
@@ -109,9 +123,9 @@ class StoreBase:
         except StoreError:
             raise
         except IntegrityError as exc:
-            raise StoreError(f"integrity violation: {exc.orig}") from exc
+            raise StoreError(f"integrity violation: {_reason(exc)}") from exc
         except SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc}") from exc
+            raise StoreError(f"database error: {_reason(exc)}") from exc
 
     def _read(self) -> AbstractContextManager[Session]:
         return self._session(self._reader)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedplat.contribution.ledger import verify_run_ledger
+from fedplat.contribution.ledger_verify import verify_run_ledger
 from fedplat.store.records import RoundRecord, RunRecord
 from fedplat.store.repository import Store
 

@@ -149,7 +149,9 @@ class RoundsStore(StoreBase):
             outside ``1..total_rounds``.
         """
         _count("number", number, minimum=1)
-        _count("num_selected", num_selected, minimum=1)
+        # Zero: a Poisson draw may select nobody (under central DP the round
+        # still releases a noised model).
+        _count("num_selected", num_selected)
         _count("model_version", model_version)
         deadline = _aware("deadline_at", deadline_at)
         now = _now()

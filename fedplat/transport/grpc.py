@@ -19,6 +19,8 @@ from fedplat.transport.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
+    SecAggReply,
+    SecAggRequest,
     Task,
     UpdateHeader,
     UploadAck,
@@ -176,6 +178,16 @@ class GrpcConnection:
                 timeout=self.opts.rpc_timeout,
             )
         )
+
+    def secagg(self, req: SecAggRequest) -> SecAggReply:
+        md = self._md()
+        msg = serde.secagg_request_to_proto(req)
+        resp = self._call(
+            lambda: self.stub.SecAgg(
+                msg, metadata=md, timeout=req.wait_seconds + self.opts.rpc_timeout
+            )
+        )
+        return serde.secagg_reply_from_proto(resp)
 
     def close(self) -> None:
         self.channel.close()

@@ -30,10 +30,10 @@ from fedplat.contribution.ledger import (
     canonical_json,
     chain_entries,
     entry_hash,
-    export_ledger,
     sign_head,
-    verify_ledger,
 )
+from fedplat.contribution.ledger_export import export_ledger
+from fedplat.contribution.ledger_verify import verify_ledger
 from fedplat.store import (
     Store,
     StoreError,

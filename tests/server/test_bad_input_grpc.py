@@ -229,3 +229,67 @@ def test_garbage_bytes_at_the_socket_do_not_crash(
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         s.sendall(b"\x00" * 9 + struct.pack(">I", 12345) + b"garbage" * 100)
     _clients(srv, raw, "after")
+
+
+#: Bytes that are not a protobuf message of any type (a field tag of number 0
+#: and a truncated varint).
+NOT_PROTOBUF = (b"\x00\x01", b"\xff\xff\xff\x0f", b"\x0a\xff\x01abc")
+
+
+def test_malformed_protobuf_on_every_call_is_invalid_argument_without_traceback(
+    served: tuple[BackgroundServer, dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from fedplat.server.servicer import SERVICE
+
+    srv, raw = served
+    (c,) = _clients(srv, raw, "c")
+    ident: Any = lambda b: b  # noqa: E731 - the bytes go out as they are
+    ch = c.channel
+    calls = {
+        "Challenge": lambda m: ch.unary_unary(f"/{SERVICE}/Challenge", ident, ident)(
+            m, timeout=10
+        ),
+        "Enroll": lambda m: ch.unary_unary(f"/{SERVICE}/Enroll", ident, ident)(
+            m, timeout=10
+        ),
+        "GetTask": lambda m: ch.unary_unary(f"/{SERVICE}/GetTask", ident, ident)(
+            m, metadata=c.md, timeout=10
+        ),
+        "ReportMetrics": lambda m: ch.unary_unary(
+            f"/{SERVICE}/ReportMetrics", ident, ident
+        )(m, metadata=c.md, timeout=10),
+        "DownloadModel": lambda m: list(
+            ch.unary_stream(f"/{SERVICE}/DownloadModel", ident, ident)(
+                m, metadata=c.md, timeout=10
+            )
+        ),
+        "UploadUpdate": lambda m: ch.stream_unary(
+            f"/{SERVICE}/UploadUpdate", ident, ident
+        )(iter([m]), metadata=c.md, timeout=10),
+    }
+    capfd.readouterr()
+    with caplog.at_level(logging.DEBUG):
+        for rpc, call in calls.items():
+            for message in NOT_PROTOBUF:
+                with pytest.raises(grpc.RpcError) as info:
+                    call(message)
+                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (
+                    rpc,
+                    message,
+                    info.value.details(),
+                )
+                assert "malformed" in (info.value.details() or ""), rpc
+    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert bad == [], [r.getMessage() for r in bad]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "deserializ" not in err, err
+    # Each refusal is one log line naming the call.
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) >= len(calls) * len(NOT_PROTOBUF)
+    # The client is still served: with a second one, round 1 starts.
+    _clients(srv, raw, "d")
+    assert c.task().kind == pb.Task.TRAIN

@@ -217,6 +217,31 @@ def test_run_page_completed_run_has_every_chart(db: dict[str, str]) -> None:
     assert not at.error
 
 
+def test_run_page_shows_an_unbounded_epsilon_as_unbounded(
+    fixture_db: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round whose epsilon the accountant could not bound carries the
+    ``privacy.epsilon_unbounded`` flag, not a number: the page says so."""
+    from fedplat.ui import data
+
+    from fedplat.uplink.central import METRIC_EPSILON_UNBOUNDED
+
+    assert data.METRIC_EPSILON_UNBOUNDED == METRIC_EPSILON_UNBOUNDED
+    path = tmp_path / "monitor.db"
+    shutil.copy(fixture_db[0], path)
+    run_id = fixture_db[1]["digits-live"]
+    with Store(str(path), migrate=False) as store:
+        store.add_metrics(run_id, {METRIC_EPSILON_UNBOUNDED: 1.0}, round_number=1)
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("run", run_id)
+    assert metrics(at)["Privacy spent (ε)"] == "unbounded"
+    assert "ε is unbounded from round 1 on" in texts(at.warning)
+    assert "Privacy spent (ε) per round" not in charts(at)
+    assert "No privacy accounting recorded" not in texts(at.info)
+
+
 def test_run_page_failed_run_says_why(db: dict[str, str]) -> None:
     at = open_page("run", db["digits-failed"])
     assert "The run failed: round 1 failed 1 times" in texts(at.error)

@@ -57,6 +57,9 @@ def _body(url: str, run_id: str) -> None:
     reason = data.failure_reason(run, events)
     if reason:
         st.error(f"The run failed: {reason}")
+    elif run.status == "completed" and run.reason:
+        # e.g. a privacy budget that allowed no further round
+        st.info(f"The run stopped early: {run.reason}")
 
     completed = rounds[rounds["status"] == "completed"]
     last_acc = completed["accuracy"].dropna()
@@ -151,27 +154,34 @@ def _body(url: str, run_id: str) -> None:
             )
     with right:
         eps = data.round_series(metrics, data.METRIC_EPSILON)
-        if eps.empty:
+        unbounded = data.round_series(metrics, data.METRIC_EPSILON_UNBOUNDED)
+        if eps.empty and unbounded.empty:
             st.info(
                 f"No privacy accounting recorded (metric `{data.METRIC_EPSILON}`): "
                 "this run does not use differential privacy, or its coordinator "
                 "predates privacy reporting."
             )
-        else:
-            bounded = eps[eps["value"] < data.EPSILON_UNBOUNDED]
-            if not bounded.empty:
-                common.show(
-                    charts.metric_chart(
-                        bounded, title="Privacy spent (ε) per round", y_title="ε"
-                    )
+        if not eps.empty:
+            common.show(
+                charts.metric_chart(
+                    eps, title="Privacy spent (ε) per round", y_title="ε"
                 )
-            if len(bounded) < len(eps):
-                first = int(eps[eps["value"] >= data.EPSILON_UNBOUNDED]["round"].min())
-                st.warning(
-                    f"ε is unbounded from round {first} on: the accountant can no "
-                    "longer bound the privacy loss (noise too small for the "
-                    "rounds run)."
+            )
+            ceiling = data.round_series(metrics, data.METRIC_MAX_EPSILON)
+            if not ceiling.empty:
+                st.caption(
+                    f"ε spent {eps['value'].iloc[-1]:.3g} of the budget "
+                    f"{ceiling['value'].iloc[-1]:.3g}: the round that would pass "
+                    "it is not run."
                 )
+        if not unbounded.empty:
+            first = int(unbounded["round"].min())
+            st.metric("Privacy spent (ε)", "unbounded")
+            st.warning(
+                f"ε is unbounded from round {first} on: the accountant can no "
+                "longer bound the privacy loss (noise too small for the "
+                "rounds run)."
+            )
 
     st.subheader("Aggregator verdicts")
     if parts.empty:

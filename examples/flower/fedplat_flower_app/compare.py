@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import torch
-from fedplat.aggregators import fused_sort
+from fedplat.aggregators.kernels import fused_sort
 from fedplat.server.config import AggregatorSection
 from fedplat_flower_app.peers import Timed
 from fedplat_flower_app.server_app import (
@@ -60,7 +60,7 @@ def main(grid: Grid, context: Context) -> None:
 
 def warm_up(sections: list[AggregatorSection], n: int, seed: int) -> float:
     """Build fedplat's compiled order-statistics kernels (median, trimmed mean,
-    MeaMed: :mod:`fedplat.aggregators.fused_sort`) for ``n`` rows of this model
+    MeaMed: :mod:`fedplat.aggregators.kernels.fused_sort`) for ``n`` rows of this model
     before timing anything, as ``bench/aggregators_speed.py`` does: compiling
     takes seconds to minutes once per process, and timing it per round would
     measure the compiler. Returns the seconds it took."""

@@ -1,0 +1,237 @@
+"""A live deployment on 127.0.0.1 for the trust benchmarks (``bench/fuzz.py``,
+``bench/faults.py``, ``bench/attacks_live.py``).
+
+Everything goes through the ``fedplat`` command as an operator would use it:
+``fedplat certs init`` makes the CA and the server certificate, ``fedplat
+tokens create`` the enrolment tokens, ``fedplat coordinator`` serves the run
+(TLS + tokens, the default secure configuration) and ``fedplat client`` runs
+each reference client (digits, a small MLP) in a process of its own;
+``fedplat store check`` checks the store at the end. Processes log to files in
+the deployment's folder and are killed by :meth:`Deployment.close`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedplat.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The clients' and the coordinator's model (the run file's ``model`` section).
+MODEL = {"name": "mlp", "params": {"hidden": [32]}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    # One thread per process: 9 processes share 2 cores.
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def run_file(
+    workdir: Path, address: str, *, rounds: int, clients: int, **sections: Any
+) -> dict[str, Any]:
+    """A digits run under TLS with token admission (sections override keys)."""
+    cfg: dict[str, Any] = {
+        "run": {"name": "live", "rounds": rounds, "seed": 0},
+        "model": MODEL,
+        "data": {"dataset": "digits"},
+        "selection": {
+            "clients_per_round": clients,
+            "min_available": clients,
+            "quorum": clients,
+        },
+        "deadlines": {"round_seconds": 60, "liveness_seconds": 30},
+        "client_training": {"epochs": 1, "batch_size": 16, "lr": 0.1},
+        "store": {"url": str(workdir / "fedplat.db")},
+        "checkpoints": {"dir": str(workdir / "ckpt")},
+        "server": {
+            "address": address,
+            "tls": {
+                "cert": str(workdir / "pki" / "server.pem"),
+                "key": str(workdir / "pki" / "server.key"),
+            },
+        },
+    }
+    for k, v in sections.items():
+        cfg[k] = {**cfg.get(k, {}), **v}
+    return cfg
+
+
+class Processes:
+    """``fedplat`` processes logging to files in one folder; :meth:`close`
+    stops them all (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        """``fedplat ARGS`` in the background, logging to ``NAME.log``."""
+        with (self.dir / f"{name}.log").open("ab") as log:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "fedplat.cli", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(),
+                cwd=REPO,
+            )
+        self.procs[name] = p
+        return p
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``fedplat ARGS`` to completion."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "fedplat.cli", *args],
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"fedplat {' '.join(args)}: {proc.stderr[-2000:]}")
+        return proc
+
+    def log(self, name: str) -> str:
+        p = self.dir / f"{name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def log_names(self, prefix: str = "") -> list[str]:
+        return sorted(p.stem for p in self.dir.glob(f"{prefix}*.log"))
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs.get(name)
+        if p is not None and p.poll() is None:
+            p.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(30)
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.kill(name, signal.SIGTERM)
+        for name in list(self.procs):
+            self.kill(name)
+
+
+class Deployment(Processes):
+    """One run's folder, PKI, run file, coordinator and clients (see the module
+    docstring)."""
+
+    def __init__(self, workdir: Path, cfg: dict[str, Any]) -> None:
+        super().__init__(workdir)
+        self.cfg = cfg
+        self.address = cfg["server"]["address"]
+        self.db = cfg["store"]["url"]
+        self.config = self.dir / "run.yaml"
+        self.config.write_text(yaml.safe_dump(cfg))
+        self.ca = self.dir / "pki" / "ca.pem"
+        if not self.ca.exists():
+            self.cli("certs", "init", "--dir", str(self.dir / "pki"))
+
+    def tokens(self, count: int) -> list[str]:
+        out = self.cli(
+            "tokens", "create", "--db", self.db, "--count", str(count),
+            "--expires", "24h", "--run", self.cfg["run"]["name"],
+        )  # fmt: skip
+        return out.stdout.split()
+
+    def store_check(self) -> tuple[bool, str]:
+        """``fedplat store check``: (passed, its output)."""
+        p = self.cli("store", "check", "--db", self.db, check=False)
+        return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+    def store(self) -> Store:
+        return Store(self.db, migrate=False)
+
+    def coordinator(self, name: str = "coordinator") -> subprocess.Popen[bytes]:
+        return self.start(name, ["coordinator", "--config", str(self.config)])
+
+    def client(
+        self, i: int, n: int, token: str | None, *extra: str
+    ) -> subprocess.Popen[bytes]:
+        """Reference client ``i`` of ``n`` (its own state folder, so a restart
+        of the coordinator finds it again under the same identity)."""
+        args = [
+            "client", "--address", self.address, "--root-cert", str(self.ca),
+            "--dataset", "digits", "--model", MODEL["name"],
+            "--model-params", json.dumps(MODEL["params"]),
+            "--num-partitions", str(n), "--partition-id", str(i),
+            "--name", f"client-{i}", "--state-dir", str(self.dir / f"state-{i}"),
+            "--give-up-after", "300", *extra,
+        ]  # fmt: skip
+        if token is not None:
+            path = self.dir / f"token-{i}"
+            path.write_text(token)
+            args += ["--token-file", str(path)]
+        return self.start(f"client-{i}", args)
+
+    def channel_credentials(self) -> Any:
+        import grpc
+
+        return grpc.ssl_channel_credentials(self.ca.read_bytes())
+
+    def wait_serving(self, timeout: float = 180) -> None:
+        """Until the coordinator answers health checks over TLS."""
+        from fedplat.transport.health import wait_healthy
+
+        wait_healthy(self.address, timeout, credentials=self.channel_credentials())
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set so far (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.25)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def store_mb(db: str) -> float:
+    """Bytes of a SQLite store with its WAL, in MiB."""
+    paths = [Path(db), Path(db + "-wal"), Path(db + "-shm")]
+    return sum(p.stat().st_size for p in paths if p.exists()) / (1024 * 1024)
+
+
+__all__ = [
+    "MODEL",
+    "Deployment",
+    "Processes",
+    "free_port",
+    "peak_rss_mb",
+    "run_file",
+    "store_mb",
+    "wait_until",
+]
