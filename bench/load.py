@@ -25,7 +25,10 @@ Measured:
   (store ``started_at`` to ``finished_at``);
 * ``failures``: client RPCs that failed, and selected clients that did not
   succeed in the store;
-* ``coordinator_peak_rss_mb``: the coordinator process's VmHWM.
+* ``coordinator_peak_rss_mb``: the coordinator process's VmHWM;
+* ``coordinator_peak_threads`` / ``coordinator_threads_at_max_connections``:
+  its thread count (``/proc/PID/status``), sampled with the connections: with
+  the grpc.aio server a waiting client holds a connection, not a thread.
 
 Writes ``bench/results/load.json``; ``--tiny`` runs 40 clients for the tests.
 
@@ -205,15 +208,35 @@ def _established(port: int) -> int:
     return n
 
 
-class ConnectionCounter(threading.Thread):
-    def __init__(self, port: int) -> None:
+def _threads(pid: int) -> int:
+    """The number of threads of process ``pid`` (0 once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next(
+        (int(x.split()[1]) for x in text.splitlines() if x.startswith("Threads:")), 0
+    )
+
+
+class Watcher(threading.Thread):
+    """Samples, every 0.5 s, the coordinator's established connections and its
+    thread count (a waiting client must cost a connection, not a thread)."""
+
+    def __init__(self, port: int, pid: int) -> None:
         super().__init__(daemon=True)
-        self.port, self.peak = port, 0
+        self.port, self.pid = port, pid
+        self.peak_connections = self.peak_threads = 0
+        self.threads_at_peak_connections = 0
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.is_set():
-            self.peak = max(self.peak, _established(self.port))
+            conns, threads = _established(self.port), _threads(self.pid)
+            if conns > self.peak_connections:
+                self.peak_connections = conns
+                self.threads_at_peak_connections = threads
+            self.peak_threads = max(self.peak_threads, threads)
             self.halt.wait(0.5)
 
 
@@ -236,8 +259,8 @@ def run(s: Setup, w: Path) -> dict[str, Any]:
     tokens = fleet.issue_tokens(cfg, s.clients)
     coord = fleet.CoordinatorProcess(cfg, w)
     peak = PeakRss(coord.proc.pid).start()
-    conns = ConnectionCounter(coord.port)
-    conns.start()
+    watch = Watcher(coord.port, coord.proc.pid)
+    watch.start()
     per = -(-s.clients // s.client_procs)
     procs = []
     for p, first in enumerate(range(0, s.clients, per)):
@@ -250,18 +273,18 @@ def run(s: Setup, w: Path) -> dict[str, Any]:
     try:
         rss = fleet.serve_to_end(coord.proc, procs, peak, 1800, coord.log)
     finally:
-        conns.halt.set()
+        watch.halt.set()
     fleets = [
         json.loads((w / f"fleet-{p}.json").read_text()) for p in range(len(procs))
     ]
     rows = fleet.round_records(cfg["store"]["url"])
-    return summarize(s, rss, conns.peak, fleets, rows)
+    return summarize(s, rss, watch, fleets, rows)
 
 
 def summarize(
     s: Setup,
     rss: float,
-    connections: int,
+    watch: Watcher,
     fleets: list[dict[str, Any]],
     rows: list[fleet.RoundRow],
 ) -> dict[str, Any]:
@@ -284,7 +307,9 @@ def summarize(
         "tasks_received": len(lat),
         "updates_per_s": round(accepted / busy, 1) if busy else 0.0,
         "coordinator_peak_rss_mb": rss,
-        "max_established_connections": connections,
+        "max_established_connections": watch.peak_connections,
+        "coordinator_threads_at_max_connections": watch.threads_at_peak_connections,
+        "coordinator_peak_threads": watch.peak_threads,
         "round_seconds": [
             round((r.finished or r.started) - r.started, 3) for r in completed
         ],
@@ -299,6 +324,8 @@ def goals(r: dict[str, Any], s: Setup) -> dict[str, bool]:
         "no_failures_met": r["failures"] == 0,
         "p99_under_1s_met": r["task_latency_p99_s"] < P99_GOAL_S,
         "coordinator_under_1gb_met": r["coordinator_peak_rss_mb"] < RSS_GOAL_MB,
+        # grpc.aio: a waiting client holds a connection, not a thread.
+        "fewer_threads_than_clients_met": r["coordinator_peak_threads"] < s.clients,
     }
 
 

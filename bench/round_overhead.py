@@ -88,7 +88,7 @@ class Setup:
 
 FULL = Setup((10, 100), (1_000_000, 10_000_000), ("fedavg", "krum"), 4, 2, 10_000_000)
 TINY = Setup((6,), (1_000_000,), ("fedavg", "krum"), 3, 1, 1_000_000)
-MAX_CONCURRENT_UPLOADS = 16  # bench.fleet.run_config's server setting
+MAX_CONCURRENT_UPLOADS = int(fleet.SERVER["max_concurrent_uploads"])
 
 
 def rows_held(rule: str, clients: int) -> int:
@@ -271,8 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "goals": goals(rows),
         "setup": {
             **asdict(s),
-            "transport": "plaintext gRPC over 127.0.0.1; chunk 4 MiB, message "
-            "limit 8 MiB, 16 concurrent upload decodes",
+            "transport": "the coordinator's grpc.aio server (a waiting client "
+            "holds no thread), plaintext over 127.0.0.1",
+            "server": fleet.SERVER,
             "processes": "coordinator: 1 process; clients: threads of "
             "min(clients, 5) processes (a process's clients share its connection)",
             "round_time": "time between consecutive round completions (store "

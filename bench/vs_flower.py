@@ -53,8 +53,8 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -267,10 +267,13 @@ def make_row(
     return row
 
 
-def run(s: Setup, workdir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run(
+    s: Setup, workdir: Path
+) -> Iterator[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]:
     """Every repetition runs every case through every system, the systems'
-    order rotating by repetition and case; returns the rows and a log of the
-    runs (order, load average)."""
+    order rotating by repetition and case. After each repetition, yields the
+    number of repetitions done, the rows over those, and a log of the runs
+    (order, load average), so a run cut short keeps what it measured."""
     per_case: dict[tuple[int, int], list[dict[str, Measured]]] = {
         c: [] for c in s.cases
     }
@@ -298,8 +301,8 @@ def run(s: Setup, workdir: Path) -> tuple[list[dict[str, Any]], list[dict[str, A
                 )
                 print(json.dumps(runs[-1]), flush=True)
             per_case[(numel, clients)].append(got)
-    rows = [make_row(n, c, per_case[(n, c)]) for n, c in s.cases]
-    return rows, runs
+        rows = [make_row(n, c, per_case[(n, c)]) for n, c in s.cases]
+        yield rep + 1, rows, runs
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -307,19 +310,61 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {name: all(r["goals"][name] for r in rows) for name in names}
 
 
+def deviations(s: Setup, tiny: bool, done: int) -> list[str]:
+    """How this run differs from the issue's workload."""
+    if tiny:
+        return ["tiny mode: one small case, for the tests"]
+    out = []
+    if s.repetitions != FULL.repetitions:
+        out.append(
+            f"{s.repetitions} repetitions planned instead of {FULL.repetitions}: "
+            "the machine's 2 cores are shared, a full run would take too long"
+        )
+    if done < s.repetitions:
+        out.append(
+            f"{done} of {s.repetitions} repetitions completed when these results "
+            "were written (the JSON is rewritten after each repetition)"
+        )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = tiny_parser(__doc__, DEFAULT_OUT).parse_args(argv)
+    ap = tiny_parser(__doc__, DEFAULT_OUT)
+    ap.add_argument(
+        "--repetitions",
+        type=int,
+        help=f"fewer repetitions than the issue's {FULL.repetitions} "
+        "(a busy shared machine); recorded as a deviation",
+    )
+    args = ap.parse_args(argv)
     s = TINY if args.tiny else FULL
+    if args.repetitions:
+        s = replace(s, repetitions=args.repetitions)
     started = time.perf_counter()
     load_start = loadavg()
+    with tempfile.TemporaryDirectory(prefix="vs-flower-") as tmp:
+        for done, rows, runs in run(s, Path(tmp)):
+            results = _results(s, args.tiny, done, rows, runs, load_start, started)
+            write_results(args.out, results, started)
+    return 0
+
+
+def _results(
+    s: Setup,
+    tiny: bool,
+    done: int,
+    rows: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+    load_start: list[float],
+    started: float,
+) -> dict[str, Any]:
     import flwr
     import grpc
 
-    with tempfile.TemporaryDirectory(prefix="vs-flower-") as tmp:
-        rows, runs = run(s, Path(tmp))
-    results = {
+    return {
         "benchmark": "vs_flower",
-        "tiny": args.tiny,
+        "tiny": tiny,
+        "repetitions_completed": done,
         "rows": rows,
         "goals": summary(rows),
         "setup": {
@@ -342,9 +387,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "interleaving": "per repetition, per case, the 4 systems one after "
             "another, the order rotated by repetition + case",
             "bytes_per_round": "clients x 2 x 4 x params (payload, both ways)",
-            "fedplat": "plaintext gRPC on 127.0.0.1, enrolment tokens, signed "
-            "updates, SQLite store, a safetensors checkpoint per round; "
-            "chunk 4 MiB, message limit 8 MiB",
+            "fedplat": "the coordinator's grpc.aio server, plaintext on "
+            "127.0.0.1, enrolment tokens, signed updates, SQLite store, a "
+            "safetensors checkpoint per round",
+            "fedplat_server": fleet.SERVER,
+            "deviations": deviations(s, tiny, done),
             "runs": runs,
             **shared_machine(load_start),
         },
@@ -352,8 +399,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             started, flwr=flwr.__version__, grpcio=grpc.__version__
         ),
     }
-    write_results(args.out, results, started)
-    return 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def _bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_summary_counts_failures_from_clients_and_the_store() -> None:
     from bench.fleet import RoundRow
-    from bench.load import TINY, goals, summarize
+    from bench.load import TINY, Watcher, goals, summarize
 
     fleets = [
         {"latencies": [0.01, 0.02], "failures": [], "enrolled": 20, "finished": 20},
@@ -31,7 +31,9 @@ def test_summary_counts_failures_from_clients_and_the_store() -> None:
         RoundRow(2, "completed", 101.0, 103.0, 10, 9, 5, 5),
         RoundRow(3, "failed", 103.0, 104.0, 10, 0, 0, 0),
     ]
-    r = summarize(TINY, 500.0, 40, fleets, rows)
+    watch = Watcher(port=1, pid=1)
+    watch.peak_connections, watch.peak_threads = 40, 45
+    r = summarize(TINY, 500.0, watch, fleets, rows)
     assert r["connected"] == 39  # one client did not see the run finish
     assert r["rounds_completed"] == 2
     assert r["failures"] == 1 + 1 + 10
@@ -42,6 +44,8 @@ def test_summary_counts_failures_from_clients_and_the_store() -> None:
     assert not g["all_connected_met"] and not g["all_rounds_met"]
     assert not g["no_failures_met"] and not g["p99_under_1s_met"]
     assert g["coordinator_under_1gb_met"]
+    assert r["coordinator_peak_threads"] == 45
+    assert not g["fewer_threads_than_clients_met"]  # 45 threads, 40 clients
 
 
 def test_established_connections_are_read_from_proc(tmp_path: Path) -> None:
@@ -73,3 +77,7 @@ def test_tiny_fleet_connects_and_is_woken(tmp_path: Path) -> None:
     # poll (10 s): hand-out takes a fraction of the poll interval.
     assert data["task_latency_p99_s"] < 0.5 * 10.0
     assert data["coordinator_peak_rss_mb"] > 0
+    # grpc.aio: every client connected and waiting, yet fewer threads than
+    # clients (a thread per long poll would need at least one each).
+    assert 0 < data["coordinator_threads_at_max_connections"] < s["clients"]
+    assert data["goals"]["fewer_threads_than_clients_met"]

@@ -78,3 +78,30 @@ def test_tiny_run_shows_the_direction_of_the_claims(tmp_path: Path) -> None:
     rep = row["repetitions"][0]
     assert len(rep["fedplat"]["round_s"]) == data["setup"]["rounds"] - 1
     assert any("flower" in p for p in rep["flower_deployment"]["server_processes"])
+
+
+def test_doc_block_quotes_the_row_and_says_which_goals_were_missed() -> None:
+    from bench.docs_fleet import vs_flower_block
+    from bench.vs_flower import FULL, Measured, deviations, make_row, summary
+
+    rep = {
+        "fedplat": Measured([0.3], 500.0, ["python"]),
+        "flower_embedded": Measured([0.2], 400.0, ["python"]),
+        "flower_deployment": Measured([6.0], 150.0, ["flower-superlin"]),
+        "loopback_floor": Measured([0.0075], 30.0, ["python"]),
+    }
+    row = make_row(1_000_000, 4, [rep])
+    setup = {
+        "rounds": 6,
+        "repetitions": 2,
+        "loadavg_start": [1.5, 1, 1],
+        "loadavg_end": [3.0, 2, 2],
+        "deviations": deviations(FULL, False, 1),
+    }
+    text = vs_flower_block({"rows": [row], "goals": summary([row]), "setup": setup})
+    assert "| 4 x 1M | 0.3 s | 0.2 s | 6 s | 7.5 ms | 40.0x | 20.0x | 0.667x |" in text
+    assert "| 500 / 400 / 150 MB |" in text
+    assert "- speedup vs deployment: met" in text
+    assert "- within 3x of floor: **missed**" in text
+    assert "- no slower than embedded: **missed**" in text
+    assert "1 of 3 repetitions completed" in text
