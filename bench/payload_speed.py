@@ -87,7 +87,7 @@ def payload_ops(numel: int, chunk: int) -> dict[str, Callable[[], object]]:
         return checked_norm(sink.finish())
 
     data = vec.numpy().view(np.uint8)
-    model = ModelPayload(1, 1, layout, data.data, hashlib.sha256(data).hexdigest())
+    model = ModelPayload(1, 1, layout, data.data, hashlib.sha256(data.data).hexdigest())
     model_msgs = streams.model_messages(model, chunk)
     received = torch.empty(numel, dtype=torch.float32)
 

@@ -67,7 +67,10 @@ from bench.payload_speed import payload_speed  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "round_overhead.json"
 MB = 1e6
-RULES = {"fedavg": {"name": "fedavg"}, "krum": {"name": "krum", "params": {"f": 1}}}
+RULES: dict[str, dict[str, Any]] = {
+    "fedavg": {"name": "fedavg"},
+    "krum": {"name": "krum", "params": {"f": 1}},
+}
 #: Model-sized buffers the coordinator holds besides the accumulator's rows.
 FIXED_BUFFERS = {"fedavg": 6, "krum": 6}
 #: A peak "fits" the model within this slack (allocator rounding, gRPC buffers).
