@@ -1,6 +1,6 @@
 """bench/round_overhead.py: the memory model and its checks on hand-made
 measurements, and the tiny mode checking the direction of its claims (every
-round completes, the coordinator's and the clients' peaks stay within the
+round completes, the coordinator's peak stays within its
 memory model, the payload path is measured against a memory copy)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_summary_checks_peaks_against_the_model() -> None:
 
     # 10 clients x 1M, FedAvg: model 400 + 4 x (6 + 10) = 464 MB.
     ok = summarize("fedavg", 10, 1_000_000, [_rep(460.0, 316.0, [1.0, 3.0, 2.0])])
-    assert ok["median_round_s"] == 2.0
+    assert ok["median_round_s"] == 2.0 and ok["p90_round_s"] == 3.0
     assert ok["effective_gbps"] == pytest.approx(10 * 8e6 / 2.0 / 1e9)
     assert ok["server_model_sized_buffers"] == pytest.approx(15.0)
     assert ok["server_within_model"] and ok["all_rounds_complete"]
@@ -75,7 +75,10 @@ def test_summary_checks_peaks_against_the_model() -> None:
     assert g["fedavg_100x10M_peak_rss_mb"] == 4640.0
     assert g["fedavg_100x10M_under_1.5gb_met"] is False
     assert g["krum_100x10M_under_6gb_met"] is False  # not measured
-    assert g["server_peaks_within_model"] is False
+    assert g["server_peaks_within_model_met"] is False
+    # The client goal is judged at 10M only (at 1M a 4 MiB message is a model).
+    assert g["clients_within_3_buffers_judged_at"] == [10_000_000]
+    assert g["clients_within_3_buffers_met"] is False
 
 
 @pytest.mark.integration
@@ -90,9 +93,9 @@ def test_tiny_run_stays_within_its_memory_model(tmp_path: Path) -> None:
         # Every payload byte is on the wire, plus framing (< 1 %).
         for wire in r["wire_bytes_per_round"]:
             assert r["bytes_per_round"] <= wire <= 1.01 * r["bytes_per_round"]
-        # The claims: bounded coordinator and client memory.
+        # The claim: the coordinator's peak stays within its memory model.
         assert r["server_within_model"], r
-        assert r["client_within_3_buffers"], r
+        assert r["client_model_sized_buffers"] > 0
     p = data["payload"]
     for op in ("upload_encode", "upload_decode", "download_encode", "download_decode"):
         assert p[f"{op}_ratio_to_memcpy"] > 0
