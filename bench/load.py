@@ -21,6 +21,8 @@ Measured:
   the task's deadline is that time plus ``deadlines.round_seconds``, so the
   client computes ``received - (deadline - round_seconds)`` on the same clock
   (the round's store write and model serialization fall inside the latency);
+* ``tasks_woken_mid_poll``: tasks that reached a long poll which was already
+  waiting when the round opened (the coordinator woke it);
 * ``updates_per_s``: accepted updates over the sum of the rounds' durations
   (store ``started_at`` to ``finished_at``);
 * ``failures``: client RPCs that failed, and selected clients that did not
@@ -98,6 +100,7 @@ class Fleet:
         self.enrolled = 0
         self.finished = 0
         self.accepted = 0
+        self.woken = 0
 
 
 async def one_client(
@@ -136,6 +139,7 @@ async def one_client(
         md = ((CLIENT_ID_KEY, e.client_id), (TOKEN_KEY, e.token))
         out.enrolled += 1
         while True:
+            polled = time.time()
             t = await stub.GetTask(
                 pb.GetTaskRequest(wait_seconds=LONG_POLL),
                 metadata=md,
@@ -147,7 +151,11 @@ async def one_client(
                 return
             if t.kind != pb.Task.TRAIN:
                 continue
-            out.latencies.append(got - (t.deadline_unix - ROUND_SECONDS))
+            opened = t.deadline_unix - ROUND_SECONDS
+            out.latencies.append(got - opened)
+            # A poll already waiting when the round opened: the coordinator woke
+            # it (a server answering only at the start of a poll never does).
+            out.woken += polled < opened
             size = 0
             async for part in stub.DownloadModel(
                 pb.DownloadRequest(task_id=t.task_id), metadata=md, timeout=120
@@ -305,6 +313,7 @@ def summarize(
         "task_latency_p99_s": round(percentile(lat, 99), 4),
         "task_latency_max_s": round(max(lat, default=float("nan")), 4),
         "tasks_received": len(lat),
+        "tasks_woken_mid_poll": sum(f.get("woken", 0) for f in fleets),
         "updates_per_s": round(accepted / busy, 1) if busy else 0.0,
         "coordinator_peak_rss_mb": rss,
         "max_established_connections": watch.peak_connections,

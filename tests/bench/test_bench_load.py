@@ -73,9 +73,10 @@ def test_tiny_fleet_connects_and_is_woken(tmp_path: Path) -> None:
     assert data["rounds_completed"] == s["rounds"]
     assert data["failures"] == 0, data["failure_examples"]
     assert data["tasks_received"] == s["rounds"] * s["per_round"]
-    # Selected clients are woken when the round opens, not at their next long
-    # poll (10 s): hand-out takes a fraction of the poll interval.
-    assert data["task_latency_p99_s"] < 0.5 * 10.0
+    # Selected clients are woken when the round opens, not answered at their
+    # next long poll: most tasks reach a poll that was already waiting (a client
+    # that just uploaded may poll after the next round opened).
+    assert data["tasks_woken_mid_poll"] >= data["tasks_received"] / 2
     assert data["coordinator_peak_rss_mb"] > 0
     # grpc.aio: every client connected and waiting, yet fewer threads than
     # clients (a thread per long poll would need at least one each).
