@@ -53,7 +53,8 @@ def vs_flower_block(data: dict[str, Any]) -> str:
     s = data["setup"]
     lines = [
         f"`bench/results/vs_flower.json`: median of rounds 2-{s['rounds']}, then "
-        f"median over {s['repetitions']} interleaved repetitions; "
+        f"median over {data.get('repetitions_completed', s['repetitions'])} "
+        "interleaved repetition(s); "
         f"{_machine(s)}.",
         "",
         "| clients x params | fedplat | Flower embedded | Flower deployment "

@@ -98,7 +98,9 @@ def test_doc_block_quotes_the_row_and_says_which_goals_were_missed() -> None:
         "loadavg_end": [3.0, 2, 2],
         "deviations": deviations(FULL, False, 1),
     }
-    text = vs_flower_block({"rows": [row], "goals": summary([row]), "setup": setup})
+    data = {"rows": [row], "goals": summary([row]), "setup": setup}
+    text = vs_flower_block({**data, "repetitions_completed": 1})
+    assert "median over 1 interleaved repetition(s)" in text
     assert "| 4 x 1M | 0.3 s | 0.2 s | 6 s | 7.5 ms | 40.0x | 20.0x | 0.667x |" in text
     assert "| 500 / 400 / 150 MB |" in text
     assert "- speedup vs deployment: met" in text
