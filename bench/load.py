@@ -104,7 +104,13 @@ class Fleet:
 
 
 async def one_client(
-    i: int, token: str, address: str, numel: int, layout: Any, out: Fleet
+    i: int,
+    token: str,
+    address: str,
+    numel: int,
+    layout: Any,
+    out: Fleet,
+    gate: asyncio.Semaphore,
 ) -> None:
     import grpc
 
@@ -116,9 +122,6 @@ async def one_client(
     from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
     from fedplat.transport.messages import PAYLOAD_V1
 
-    payload = dense_payload_bytes(np.full(numel, 1e-3 * (i + 1), np.float32))
-    sha = hashlib.sha256(payload).hexdigest()
-    body = RawClient.body(payload, 256 * 1024)
     ident = Identity.generate()
     key = ident.public_key
     # A subchannel pool of its own: a connection of its own, as on a device.
@@ -158,41 +161,54 @@ async def one_client(
             out.woken += polled < opened
             size = 0
             async for part in stub.DownloadModel(
-                pb.DownloadRequest(task_id=t.task_id), metadata=md, timeout=120
+                pb.DownloadRequest(task_id=t.task_id), metadata=md, timeout=300
             ):
                 size += len(part.data)
             if size != 4 * numel:
                 raise RuntimeError(f"downloaded {size} bytes, expected {4 * numel}")
-            h = pb.UpdateHeader(
-                task_id=t.task_id,
-                round=t.round,
-                num_examples=10,
-                layout=serde.layout_to_proto(layout),
-                encoding=PAYLOAD_V1,
-                total_bytes=len(payload),
-                sha256=sha,
-            )
-            h.signature = ident.key.sign(
-                statement(UPDATE, e.run_id, t.round, t.task_id, t.nonce, sha, 10,
-                          h.encoding)
-            )  # fmt: skip
-            chunks = [pb.UpdateChunk(header=h), *body]
-            ack = await stub.UploadUpdate(iter(chunks), metadata=md, timeout=120)
-            if not ack.accepted:
-                raise RuntimeError(f"update not accepted: {ack.message}")
+            # Built per upload, under the process's gate: a client holds its
+            # update (and its chunks) only while uploading it.
+            async with gate:
+                payload = dense_payload_bytes(
+                    np.full(numel, 1e-3 * (i + 1), np.float32)
+                )
+                sha = hashlib.sha256(payload).hexdigest()
+                h = pb.UpdateHeader(
+                    task_id=t.task_id,
+                    round=t.round,
+                    num_examples=10,
+                    layout=serde.layout_to_proto(layout),
+                    encoding=PAYLOAD_V1,
+                    total_bytes=len(payload),
+                    sha256=sha,
+                )
+                h.signature = ident.key.sign(
+                    statement(UPDATE, e.run_id, t.round, t.task_id, t.nonce, sha, 10,
+                              h.encoding)
+                )  # fmt: skip
+                body = RawClient.body(payload, 256 * 1024)
+                chunks = [pb.UpdateChunk(header=h), *body]
+                ack = await stub.UploadUpdate(iter(chunks), metadata=md, timeout=300)
+                if not ack.accepted:
+                    raise RuntimeError(f"update not accepted: {ack.message}")
             out.accepted += 1
 
 
-async def run_clients(address: str, tokens: list[str], first: int, numel: int) -> Fleet:
+async def run_clients(
+    address: str, tokens: list[str], first: int, numel: int, uploads: int = 0
+) -> Fleet:
+    """The clients of one process; ``uploads`` > 0 caps the updates it holds
+    and sends at once (large models), 0 lets every client upload at once."""
     from bench.fleet import flat_model
     from fedplat.vectors import layout_of
 
     layout = layout_of(flat_model((1, 8, 8), 10, numel))
     out = Fleet()
+    gate = asyncio.Semaphore(uploads or len(tokens) or 1)
 
     async def guarded(j: int, token: str) -> None:
         try:
-            await one_client(first + j, token, address, numel, layout, out)
+            await one_client(first + j, token, address, numel, layout, out, gate)
         except Exception as exc:  # every failure is counted, none stops the others
             out.failures.append(f"client {first + j}: {type(exc).__name__}: {exc}")
 
@@ -347,11 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--first", type=int, required=True)
     c.add_argument("--numel", type=int, required=True)
     c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--uploads", type=int, default=0, help="at once (0: no cap)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.role == "clients":
         tokens = args.tokens.read_text().split()
-        got = asyncio.run(run_clients(args.address, tokens, args.first, args.numel))
+        got = asyncio.run(
+            run_clients(args.address, tokens, args.first, args.numel, args.uploads)
+        )
         args.out.write_text(json.dumps(vars(got)))
         return 0
     s = TINY if args.tiny else FULL

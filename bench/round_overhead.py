@@ -112,11 +112,48 @@ def _mem_available_mb() -> float:
     return 0.0
 
 
+#: Updates a light-client process builds and sends at once.
+LIGHT_UPLOADS = 2
+
+
+def client_kind(rule: str, clients: int, params: int) -> tuple[str, str]:
+    """``("sdk" | "light" | "skipped", why)``: SDK clients where their memory
+    fits this machine (each holds its model and update), else light
+    wire-protocol clients (:mod:`bench.load`: an update built per upload, at
+    most :data:`LIGHT_UPLOADS` per process), else not run."""
+    server = predicted_mb(600, rule, clients, params)
+    procs = min(clients, 5)
+    sdk = server + clients * 3 * 4 * params / MB + procs * 300
+    light = server + procs * (300 + LIGHT_UPLOADS * 3 * 4 * params / MB)
+    avail = _mem_available_mb()
+    why = (
+        f"SDK clients need ~{sdk:.0f} MB, light clients ~{light:.0f} MB; "
+        f"{avail:.0f} MB available"
+    )
+    if sdk <= 0.85 * avail:
+        return "sdk", why
+    return ("light" if light <= 0.85 * avail else "skipped"), why
+
+
+def start_light_clients(
+    address: str, tokens: list[str], params: int, procs: int, w: Path
+) -> list[Any]:
+    per = -(-len(tokens) // procs)
+    out = []
+    for p, first in enumerate(range(0, len(tokens), per)):
+        path = w / f"tokens-{p}"
+        path.write_text("\n".join(tokens[first : first + per]))
+        args = ["-m", "bench.load", "clients", "--address", address]
+        args += ["--tokens", str(path), "--first", str(first), "--numel", str(params)]
+        args += ["--out", str(w / f"light-{p}.json"), "--uploads", str(LIGHT_UPLOADS)]
+        out.append(fleet.spawn(args, w / f"clients-{p}.log"))
+    return out
+
+
 def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[str, Any]:
-    need = predicted_mb(600, rule, clients, params) + clients * 3 * 4 * params / MB
-    need += min(clients, 5) * 300
-    if need > 0.85 * _mem_available_mb():
-        return {"skipped": f"needs ~{need:.0f} MB, {_mem_available_mb():.0f} available"}
+    kind, why = client_kind(rule, clients, params)
+    if kind == "skipped":
+        return {"skipped": why}
     cfg = fleet.run_config(
         w, clients=clients, rounds=s.rounds, numel=params, aggregator=RULES[rule]
     )
@@ -124,7 +161,8 @@ def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[st
     coord = fleet.CoordinatorProcess(cfg, w)
     base = peak_rss_mb(coord.proc.pid)  # listening, no client yet
     peak = PeakRss(coord.proc.pid).start()
-    procs = fleet.start_sdk_clients(coord.address, tokens, params, min(clients, 5), w)
+    start = fleet.start_sdk_clients if kind == "sdk" else start_light_clients
+    procs = start(coord.address, tokens, params, min(clients, 5), w)
     mb = fleet.serve_to_end(coord.proc, procs, peak, 3600, coord.log)
     rounds = fleet.round_records(cfg["store"]["url"])
     done = [r for r in rounds if r.status == "completed" and r.finished is not None]
@@ -134,7 +172,12 @@ def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[st
             f"{rule} x {clients} x {params}: {len(done)} of {s.rounds} rounds "
             f"completed:\n{fleet.tail(coord.log)}"
         )
+    light = [json.loads(f.read_text()) for f in sorted(w.glob("light-*.json"))]
+    if any(f["failures"] for f in light):
+        raise RuntimeError(f"light clients failed: {light[0]['failures'][:3]}")
     return {
+        "clients_kind": kind,
+        "clients_kind_why": why,
         "rounds_completed": len(done),
         "all_clients_succeeded": all(r.num_succeeded == clients for r in done),
         "round_s": fleet.intervals([r.finished for r in done if r.finished]),
@@ -168,7 +211,8 @@ def summarize(
     base = median(r["base_rss_mb"] for r in ran)
     peak = max(r["peak_rss_mb"] for r in ran)
     pred = predicted_mb(base, rule, clients, params)
-    client_b = _client_bytes(ran)
+    client_b = _client_bytes(ran)  # nan: light clients report no memory
+    measured = client_b == client_b
     return {
         **row,
         "rounds_measured": len(times),
@@ -188,9 +232,12 @@ def summarize(
         "server_model_sized_buffers": round((peak - base) * MB / (4 * params), 2),
         "server_predicted_peak_mb": round(pred, 1),
         "server_within_model": peak <= pred * SLACK + SLACK_MB,
-        "client_bytes_measured": round(client_b),
-        "client_model_sized_buffers": round(client_b / (4 * params), 2),
-        "client_within_3_buffers": client_b <= 3 * 4 * params,
+        "clients_kind": ran[0].get("clients_kind", "sdk"),
+        "client_bytes_measured": round(client_b) if measured else None,
+        "client_model_sized_buffers": (
+            round(client_b / (4 * params), 2) if measured else None
+        ),
+        "client_within_3_buffers": client_b <= 3 * 4 * params if measured else None,
         "repetitions": ran,
     }
 
@@ -234,7 +281,12 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["server_peaks_within_model_met"] = all(r["server_within_model"] for r in ran)
     # Judged where a model is far larger than a message (4 MiB chunks): at 1M
     # parameters a client's gRPC message buffers alone are about a model each.
-    big_models = [r for r in ran if r["params"] >= CLIENT_GOAL_MIN_PARAMS]
+    big_models = [
+        r
+        for r in ran
+        if r["params"] >= CLIENT_GOAL_MIN_PARAMS
+        and r["client_within_3_buffers"] is not None
+    ]
     out["clients_within_3_buffers_judged_at"] = sorted(
         {r["params"] for r in big_models}
     )
@@ -264,7 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for rule, n, d in cases:
                 w = Path(tmp) / f"r{rep}-{rule}-{n}-{d}"
                 w.mkdir()
-                got = run_case(rule, n, d, s, w)
+                try:
+                    got = run_case(rule, n, d, s, w)
+                except RuntimeError as exc:  # one failed case keeps the others
+                    got = {"skipped": f"run failed: {str(exc)[-1500:]}"}
                 reps[(rule, n, d)].append(got)
                 log.append(
                     {
