@@ -32,6 +32,10 @@ def _s(x: float) -> str:
     return f"{x:.3g} s" if x >= 0.01 else f"{x * 1000:.2g} ms"
 
 
+def _or_none(x: object) -> str:
+    return "not measured" if x is None else str(x)
+
+
 def _met(goals: dict[str, Any]) -> list[str]:
     return [
         f"- {name.removesuffix('_met').replace('_', ' ')}: "
@@ -117,7 +121,8 @@ def round_overhead_block(data: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rounds"]:
-        case = f"| {r['rule']} | {r['clients']} x {r['params'] / 1e6:g}M |"
+        light = " (light clients)" if r.get("clients_kind") == "light" else ""
+        case = f"| {r['rule']} | {r['clients']} x {r['params'] / 1e6:g}M{light} |"
         if "skipped" in r:
             lines.append(f"{case} not run: {r['skipped']} | | | | | |")
             continue
@@ -126,7 +131,7 @@ def round_overhead_block(data: dict[str, Any]) -> str:
             f"| {r['server_peak_rss_mb']:.0f} MB "
             f"| {r['server_predicted_peak_mb']:.0f} MB "
             f"| {r['server_model_sized_buffers']} "
-            f"| {r['client_model_sized_buffers']} |"
+            f"| {_or_none(r['client_model_sized_buffers'])} |"
         )
     p = data["payload"]
     lines += [
