@@ -125,7 +125,12 @@ async def one_client(
     ident = Identity.generate()
     key = ident.public_key
     # A subchannel pool of its own: a connection of its own, as on a device.
-    opts = [("grpc.use_local_subchannel_pool", 1)]
+    # 16 MiB messages, as the SDK accepts (the coordinator's chunks can be 4 MiB
+    # plus framing, over gRPC's 4 MiB default).
+    opts = [
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ]
     async with grpc.aio.insecure_channel(address, options=opts) as channel:
         stub = pb_grpc.CoordinatorStub(channel)
         ch = (await stub.Challenge(pb.ChallengeRequest(), timeout=120)).challenge

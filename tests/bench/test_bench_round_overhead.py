@@ -101,3 +101,22 @@ def test_tiny_run_stays_within_its_memory_model(tmp_path: Path) -> None:
         assert p[f"{op}_ratio_to_memcpy"] > 0
     assert data["memory_model"]["server_row_stack"]["bytes_per_client_per_parameter"]
     assert len(data["setup"]["loadavg_start"]) == 3
+
+
+def test_replaced_rows_take_the_place_of_their_cases(tmp_path: Path) -> None:
+    import json
+
+    from bench.round_overhead import replace_rows, summarize
+
+    old = summarize("fedavg", 10, 1_000_000, [{"skipped": "run failed: x"}])
+    keep = summarize("krum", 10, 1_000_000, [_rep(460.0, 316.0, [1.0, 2.0])])
+    path = tmp_path / "ro.json"
+    setup = {"runs": [{"a": 1}], "deviations": []}
+    path.write_text(json.dumps({"rounds": [old, keep], "setup": setup}))
+    new = summarize("fedavg", 10, 1_000_000, [_rep(450.0, 316.0, [1.0, 3.0])])
+    replace_rows(path, [new], [{"b": 2}], 0.0)
+    data = json.loads(path.read_text())
+    assert [r.get("median_round_s") for r in data["rounds"]] == [2.0, 1.5]
+    assert data["setup"]["runs"] == [{"a": 1}, {"b": 2}]
+    assert "run failed: x" in data["setup"]["deviations"][0]
+    assert data["goals"]["server_peaks_within_model_met"]
