@@ -45,6 +45,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import subprocess
 import sys
 import tempfile
 import threading
@@ -273,6 +274,31 @@ def percentile(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
+def start_clients(
+    address: str,
+    tokens: list[str],
+    numel: int,
+    procs: int,
+    w: Path,
+    *,
+    uploads: int = 0,
+    name: str = "fleet",
+) -> list[subprocess.Popen[bytes]]:
+    """``len(tokens)`` light clients spread evenly over ``procs`` processes
+    (``python -m bench.load clients``); process ``P`` writes what it saw to
+    ``w / f"{name}-P.json"``; ``uploads``: see :func:`run_clients`."""
+    per = -(-len(tokens) // procs)
+    out = []
+    for p, first in enumerate(range(0, len(tokens), per)):
+        path = w / f"tokens-{p}"
+        path.write_text("\n".join(tokens[first : first + per]))
+        args = ["-m", "bench.load", "clients", "--address", address]
+        args += ["--tokens", str(path), "--first", str(first), "--numel", str(numel)]
+        args += ["--out", str(w / f"{name}-{p}.json"), "--uploads", str(uploads)]
+        out.append(fleet.spawn(args, w / f"clients-{p}.log"))
+    return out
+
+
 def run(s: Setup, w: Path) -> dict[str, Any]:
     cfg = fleet.run_config(
         w,
@@ -290,15 +316,7 @@ def run(s: Setup, w: Path) -> dict[str, Any]:
     peak = PeakRss(coord.proc.pid).start()
     watch = Watcher(coord.port, coord.proc.pid)
     watch.start()
-    per = -(-s.clients // s.client_procs)
-    procs = []
-    for p, first in enumerate(range(0, s.clients, per)):
-        path = w / f"tokens-{p}"
-        path.write_text("\n".join(tokens[first : first + per]))
-        args = ["-m", "bench.load", "clients", "--address", coord.address]
-        args += ["--tokens", str(path), "--first", str(first)]
-        args += ["--numel", str(s.params), "--out", str(w / f"fleet-{p}.json")]
-        procs.append(fleet.spawn(args, w / f"clients-{p}.log"))
+    procs = start_clients(coord.address, tokens, s.params, s.client_procs, w)
     try:
         rss = fleet.serve_to_end(coord.proc, procs, peak, 1800, coord.log)
     finally:

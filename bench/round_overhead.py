@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # allow ``python bench/round_overhead.py``
     sys.path.insert(0, str(REPO))
 
-from bench import fleet  # noqa: E402
+from bench import fleet, load  # noqa: E402
 from bench.common import (  # noqa: E402
     PeakRss,
     environment,
@@ -135,21 +135,6 @@ def client_kind(rule: str, clients: int, params: int) -> tuple[str, str]:
     return ("light" if light <= 0.85 * avail else "skipped"), why
 
 
-def start_light_clients(
-    address: str, tokens: list[str], params: int, procs: int, w: Path
-) -> list[Any]:
-    per = -(-len(tokens) // procs)
-    out = []
-    for p, first in enumerate(range(0, len(tokens), per)):
-        path = w / f"tokens-{p}"
-        path.write_text("\n".join(tokens[first : first + per]))
-        args = ["-m", "bench.load", "clients", "--address", address]
-        args += ["--tokens", str(path), "--first", str(first), "--numel", str(params)]
-        args += ["--out", str(w / f"light-{p}.json"), "--uploads", str(LIGHT_UPLOADS)]
-        out.append(fleet.spawn(args, w / f"clients-{p}.log"))
-    return out
-
-
 def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[str, Any]:
     kind, why = client_kind(rule, clients, params)
     if kind == "skipped":
@@ -161,8 +146,20 @@ def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[st
     coord = fleet.CoordinatorProcess(cfg, w)
     base = peak_rss_mb(coord.proc.pid)  # listening, no client yet
     peak = PeakRss(coord.proc.pid).start()
-    start = fleet.start_sdk_clients if kind == "sdk" else start_light_clients
-    procs = start(coord.address, tokens, params, min(clients, 5), w)
+    if kind == "sdk":
+        procs = fleet.start_sdk_clients(
+            coord.address, tokens, params, min(clients, 5), w
+        )
+    else:
+        procs = load.start_clients(
+            coord.address,
+            tokens,
+            params,
+            min(clients, 5),
+            w,
+            uploads=LIGHT_UPLOADS,
+            name="light",
+        )
     mb = fleet.serve_to_end(coord.proc, procs, peak, 3600, coord.log)
     rounds = fleet.round_records(cfg["store"]["url"])
     done = [r for r in rounds if r.status == "completed" and r.finished is not None]

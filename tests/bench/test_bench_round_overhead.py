@@ -120,3 +120,19 @@ def test_replaced_rows_take_the_place_of_their_cases(tmp_path: Path) -> None:
     assert data["setup"]["runs"] == [{"a": 1}, {"b": 2}]
     assert "run failed: x" in data["setup"]["deviations"][0]
     assert data["goals"]["server_peaks_within_model_met"]
+
+
+def test_cases_fall_back_to_light_clients_then_are_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import bench.round_overhead as ro
+
+    # 100 x 10M FedAvg: SDK clients ~15 GB, light clients ~4.2 GB.
+    for free_mb, kind in (
+        (100_000.0, "sdk"),
+        (10_000.0, "light"),
+        (3_000.0, "skipped"),
+    ):
+        monkeypatch.setattr(ro, "_mem_available_mb", lambda f=free_mb: f)
+        got, why = ro.client_kind("fedavg", 100, 10_000_000)
+        assert got == kind, why
