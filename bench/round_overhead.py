@@ -11,7 +11,12 @@ every round. A round's time is the wall time between two consecutive round
 completions (store ``finished_at``), so the first round is discarded; the
 median over the measured rounds of every repetition is reported, with
 ``effective_gbps = clients x 2 x 4 x params / median_round_s / 1e9``.
-Repetitions are interleaved (every case once, then again).
+Repetitions are interleaved (every case once, then again). A case whose SDK
+clients would not fit in this machine's free memory runs light wire-protocol
+clients (:func:`bench.load.start_clients`: an update built per upload, at most
+:data:`LIGHT_UPLOADS` per process) and is marked ``clients_kind: light``; one
+that fits neither way is skipped with what it needed. ``--replace-rows`` re-runs
+given cases into an existing result file.
 
 **Payload path.** In this process, on one ``d``-parameter update, timed
 round-robin with a memory copy of the same bytes (``numpy.copyto`` into a
@@ -390,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "holds no thread), plaintext over 127.0.0.1",
             "server": fleet.SERVER,
             "processes": "coordinator: 1 process; clients: threads of "
-            "min(clients, 5) processes (a process's clients share its connection)",
+            "min(clients, 5) processes (a process's SDK clients share its "
+            "connection; light clients have one each)",
             "round_time": "time between consecutive round completions (store "
             "finished_at); the first round is discarded",
             "peak_rss": "coordinator VmHWM sampled every 0.2 s; base = VmHWM "
