@@ -1,19 +1,37 @@
-"""What every benchmark writes the same way: the environment block and the JSON file."""
+"""What every benchmark writes the same way: the environment block and the JSON
+file; and what the process-level benchmarks measure the same way: load average,
+peak memory of a process tree, medians."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import signal
+import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["environment", "round_progress", "write_results"]
+__all__ = [
+    "PeakRss",
+    "environment",
+    "loadavg",
+    "median",
+    "peak_rss_mb",
+    "round_progress",
+    "shared_machine",
+    "tiny_parser",
+    "write_results",
+]
+
+MB = 1e6
 
 
 def environment(started: float, **versions: str) -> dict[str, Any]:
@@ -33,6 +51,121 @@ def write_results(path: Path, results: dict[str, Any], started: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
+
+
+def tiny_parser(doc: str | None, default_out: Path) -> argparse.ArgumentParser:
+    """The arguments of a process-level benchmark (``--tiny``, ``--out``); it
+    also makes SIGTERM unwind like Ctrl-C, so the processes it started are
+    stopped by their ``finally`` blocks."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="small and quick (tests)")
+    ap.add_argument("--out", type=Path, default=default_out)
+    return ap
+
+
+def shared_machine(load_start: list[float]) -> dict[str, Any]:
+    """The setup keys saying how loaded the shared machine was."""
+    return {
+        "loadavg_start": load_start,
+        "loadavg_end": loadavg(),
+        "nice": "run with nice -n 10 on a shared 2-core machine",
+    }
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the machine is shared)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def median(xs: Iterable[float]) -> float:
+    return float(statistics.median(list(xs)))
+
+
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident set (VmHWM) of a live process, in MB (1e6 bytes)."""
+    return _status_kb(pid, "VmHWM") * 1024 / MB
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every live process below it (by parent pid)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the parenthesised command name.
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+class PeakRss:
+    """Samples the peak resident set (VmHWM) of a process and every process
+    below it until stopped; :attr:`mb` is the sum of their peaks (each
+    process's own high-water mark, seen while it was alive; the sum can exceed
+    the tree's simultaneous peak)."""
+
+    def __init__(self, root: int, interval: float = 0.2) -> None:
+        self.root = root
+        self.interval = interval
+        self.peaks: dict[int, float] = {}
+        self.names: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for pid in _descendants(self.root):
+            mb = peak_rss_mb(pid)
+            if mb > self.peaks.get(pid, 0.0):
+                self.peaks[pid] = mb
+            if pid not in self.names:
+                try:
+                    self.names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+                except OSError:
+                    self.names[pid] = "?"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def start(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def stop(self) -> float:
+        """Take a last sample, stop, and return :attr:`mb`."""
+        self._sample()
+        self._stop.set()
+        self._thread.join(5)
+        return self.mb
+
+    @property
+    def mb(self) -> float:
+        return round(sum(self.peaks.values()), 1)
+
+    def processes(self) -> list[str]:
+        return sorted({self.names.get(p, "?") for p in self.peaks})
 
 
 def round_progress(name: str, rounds: int) -> Callable[[Any], None]:

@@ -14,6 +14,7 @@ from tests.support import REPO
 #: Modules that render a page's blocks: ``DOC`` and ``doc_blocks()``.
 RENDERERS = (
     "bench.docs_compression",
+    "bench.docs_fleet",
     "bench.docs_robustness",
     "bench.gossip_disruption",
     "bench.vs_flower_sim",

@@ -1,0 +1,177 @@
+"""docs/scale.md's fleet blocks, rendered from the committed JSON of
+bench/vs_flower.py, bench/load.py and bench/round_overhead.py (issue 15).
+
+Usage::
+
+    python -m bench.docs_fleet --markdown      # print the blocks
+    python -m bench.docs_fleet --write-docs    # rewrite them in docs/scale.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # allow ``python bench/docs_fleet.py``
+    sys.path.insert(0, str(REPO))
+
+from bench.docs import add_doc_args, handle_doc_args  # noqa: E402
+
+DOC = REPO / "docs" / "scale.md"
+RESULTS = REPO / "bench" / "results"
+PAYLOAD_OPS = ("upload_encode", "upload_decode", "download_encode", "download_decode")
+
+
+def _s(x: float) -> str:
+    """Seconds, 3 significant digits (milliseconds below 10 ms)."""
+    return f"{x:.3g} s" if x >= 0.01 else f"{x * 1000:.2g} ms"
+
+
+def _or_none(x: object) -> str:
+    return "not measured" if x is None else str(x)
+
+
+def _met(goals: dict[str, Any]) -> list[str]:
+    return [
+        f"- {name.removesuffix('_met').replace('_', ' ')}: "
+        f"{'met' if ok else '**missed**'}"
+        for name, ok in goals.items()
+        if name.endswith("_met")
+    ]
+
+
+def _machine(setup: dict[str, Any]) -> str:
+    return (
+        f"load average {setup['loadavg_start'][0]} at the start, "
+        f"{setup['loadavg_end'][0]} at the end (2 shared cores, `nice -n 10`)"
+    )
+
+
+def vs_flower_block(data: dict[str, Any]) -> str:
+    """The four systems side by side, the goals per row and in all."""
+    s = data["setup"]
+    lines = [
+        f"`bench/results/vs_flower.json`: median of rounds 2-{s['rounds']}, then "
+        f"median over {data.get('repetitions_completed', s['repetitions'])} "
+        "interleaved repetition(s); "
+        f"{_machine(s)}.",
+        "",
+        "| clients x params | fedplat | Flower embedded | Flower deployment "
+        "| loopback floor | fedplat / floor | deployment / fedplat "
+        "| embedded / fedplat | server RSS fedplat / embedded / deployment |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        g = r["goals"]
+        lines.append(
+            f"| {r['clients']} x {r['params'] / 1e6:g}M "
+            f"| {_s(r['fedplat_round_s'])} | {_s(r['flower_embedded_round_s'])} "
+            f"| {_s(r['flower_deployment_round_s'])} | {_s(r['loopback_floor_s'])} "
+            f"| {g['floor_ratio']}x | {g['speedup_vs_deployment']}x "
+            f"| {g['speedup_vs_embedded']}x "
+            f"| {r['fedplat_peak_rss_mb']:.0f} / "
+            f"{r['flower_embedded_peak_rss_mb']:.0f} / "
+            f"{r['flower_deployment_peak_rss_mb']:.0f} MB |"
+        )
+    lines += ["", "Goals of issue 15 on every row:", *_met(data["goals"])]
+    lines += [f"- deviation: {d}" for d in s.get("deviations", [])]
+    return "\n".join(lines)
+
+
+def load_block(data: dict[str, Any]) -> str:
+    """The 1,000-client fleet against one coordinator."""
+    s = data["setup"]
+    lines = [
+        f"`bench/results/load.json`: {s['clients']} clients in "
+        f"{s['client_procs']} processes, {s['per_round']} selected per round, "
+        f"{s['rounds']} rounds, {s['params']:,} parameters; {_machine(s)}.",
+        "",
+        "| connected | rounds | failures | task hand-out p50 / p99 | updates/s "
+        "| coordinator peak RSS | coordinator threads (all connected / peak) |",
+        "|---|---|---|---|---|---|---|",
+        f"| {data['connected']} ({data['max_established_connections']} TCP "
+        f"connections) | {data['rounds_completed']} | {data['failures']} "
+        f"| {_s(data['task_latency_p50_s'])} / {_s(data['task_latency_p99_s'])} "
+        f"| {data['updates_per_s']} | {data['coordinator_peak_rss_mb']:.0f} MB "
+        f"| {data['coordinator_threads_at_max_connections']} / "
+        f"{data['coordinator_peak_threads']} |",
+        "",
+        "Goals:",
+        *_met(data["goals"]),
+    ]
+    return "\n".join(lines)
+
+
+def round_overhead_block(data: dict[str, Any]) -> str:
+    """Round time, throughput and memory against the memory model."""
+    s = data["setup"]
+    lines = [
+        f"`bench/results/round_overhead.json`: {s['rounds']} rounds per case "
+        f"(the first discarded), {s['repetitions']} repetition(s); "
+        f"{_machine(s)}.",
+        "",
+        "| rule | clients x params | median round | effective GB/s "
+        "| coordinator peak RSS | model predicts | model-sized buffers "
+        "| client buffers |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rounds"]:
+        light = " (light clients)" if r.get("clients_kind") == "light" else ""
+        case = f"| {r['rule']} | {r['clients']} x {r['params'] / 1e6:g}M{light} |"
+        if "skipped" in r:
+            lines.append(f"{case} not run: {r['skipped']} | | | | | |")
+            continue
+        lines.append(
+            f"{case} {_s(r['median_round_s'])} | {r['effective_gbps']} "
+            f"| {r['server_peak_rss_mb']:.0f} MB "
+            f"| {r['server_predicted_peak_mb']:.0f} MB "
+            f"| {r['server_model_sized_buffers']} "
+            f"| {_or_none(r['client_model_sized_buffers'])} |"
+        )
+    p = data["payload"]
+    lines += [
+        "",
+        "Payload path against a memory copy of the same bytes "
+        f"({p['params']:,} parameters): "
+        + ", ".join(
+            f"{op.replace('_', ' ')} {p[f'{op}_ratio_to_memcpy']}x"
+            for op in PAYLOAD_OPS
+        )
+        + ".",
+        "",
+        "Goals:",
+        *_met(data["goals"]),
+    ]
+    return "\n".join(lines)
+
+
+def doc_blocks() -> dict[str, str]:
+    """docs/scale.md's generated blocks, from the committed results."""
+
+    def read(name: str) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads((RESULTS / name).read_text())
+        return out
+
+    return {
+        "fleet-vs-flower": vs_flower_block(read("vs_flower.json")),
+        "fleet-load": load_block(read("load.json")),
+        "fleet-round-overhead": round_overhead_block(read("round_overhead.json")),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_doc_args(ap, DOC)
+    args = ap.parse_args(argv)
+    if not handle_doc_args(args, DOC, doc_blocks):
+        ap.error("give --markdown or --write-docs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

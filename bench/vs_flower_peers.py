@@ -1,0 +1,190 @@
+"""The peers bench/vs_flower.py runs fedplat against, as process roles.
+
+* ``flower-server`` / ``flower-clients``: Flower's embedded transport
+  (the deprecated ``flwr.server.start_server`` / ``flwr.client.start_client``),
+  FedAvg over every client, no evaluation; client ``i`` returns the received
+  arrays plus ``1e-3 * (i + 1)``.
+* ``loop-server`` / ``loop-clients``: the loopback floor: per round the server
+  sends the model's bytes to every client over a plain TCP socket (one thread
+  per connection) and reads back the same number of bytes from each; no
+  framing, hashing, decoding or arithmetic.
+
+Every server writes ``{"completed_at": [unix seconds per round]}`` to ``--out``:
+the time its round's last update was in (aggregated, for Flower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+
+# ------------------------------------------------------------ Flower embedded
+def flower_server(
+    address: str, clients: int, numel: int, rounds: int, out: Path
+) -> None:
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server import ServerConfig, start_server
+    from flwr.server.strategy import FedAvg
+
+    completed: list[float] = []
+
+    class TimedFedAvg(FedAvg):
+        def aggregate_fit(self, server_round: int, results: Any, failures: Any) -> Any:
+            agg = super().aggregate_fit(server_round, results, failures)
+            completed.append(time.time())
+            if failures:
+                raise RuntimeError(f"round {server_round}: {len(failures)} failures")
+            return agg
+
+    strategy = TimedFedAvg(
+        fraction_fit=1.0,
+        fraction_evaluate=0.0,
+        min_fit_clients=clients,
+        min_available_clients=clients,
+        initial_parameters=ndarrays_to_parameters([np.zeros(numel, np.float32)]),
+    )
+    start_server(
+        server_address=address,
+        config=ServerConfig(num_rounds=rounds),
+        strategy=strategy,
+    )
+    out.write_text(json.dumps({"completed_at": completed}))
+
+
+def flower_clients(address: str, first: int, count: int) -> None:
+    from flwr.client import NumPyClient, start_client
+
+    class Shift(NumPyClient):
+        def __init__(self, i: int) -> None:
+            self.shift = np.float32(1e-3 * (i + 1))
+
+        def fit(self, parameters: Any, config: Any) -> Any:
+            return [p + self.shift for p in parameters], 10, {}
+
+    def run(i: int) -> None:
+        start_client(
+            server_address=address,
+            client=Shift(i).to_client(),
+            insecure=True,
+            max_retries=20,
+            max_wait_time=120,
+        )
+
+    _in_threads(run, first, count)
+
+
+def _in_threads(run: Callable[[int], None], first: int, count: int) -> None:
+    """``run(i)`` for clients ``first .. first + count - 1``, one thread each."""
+    threads = [
+        threading.Thread(target=run, args=(i,)) for i in range(first, first + count)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# ------------------------------------------------------------ loopback floor
+def _recv_exact(sock: socket.socket, buf: memoryview) -> None:
+    got = 0
+    while got < len(buf):
+        n = sock.recv_into(buf[got:])
+        if n == 0:
+            raise ConnectionError("peer closed the connection")
+        got += n
+
+
+def loop_server(port: int, clients: int, numel: int, rounds: int, out: Path) -> None:
+    nbytes = 4 * numel
+    model = np.zeros(numel, np.float32).tobytes()
+    with socket.create_server(("127.0.0.1", port)) as listener:
+        conns = [listener.accept()[0] for _ in range(clients)]
+    start, end = threading.Barrier(clients + 1), threading.Barrier(clients + 1)
+
+    def serve(conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = memoryview(bytearray(nbytes))
+        for _ in range(rounds):
+            start.wait()
+            conn.sendall(model)
+            _recv_exact(conn, buf)
+            end.wait()
+        conn.close()
+
+    threads = [threading.Thread(target=serve, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    completed = []
+    for _ in range(rounds):
+        start.wait()
+        end.wait()
+        completed.append(time.time())
+    for t in threads:
+        t.join()
+    out.write_text(json.dumps({"completed_at": completed}))
+
+
+def loop_clients(port: int, first: int, count: int, numel: int, rounds: int) -> None:
+    def run(i: int) -> None:
+        reply = np.full(numel, 1e-3 * (i + 1), np.float32).tobytes()
+        buf = memoryview(bytearray(4 * numel))
+        for _ in range(600):  # the server may still be starting
+            try:
+                sock = socket.create_connection(("127.0.0.1", port))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.1)
+        else:
+            raise ConnectionError(f"no loopback server on port {port}")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with sock:
+            for _ in range(rounds):
+                _recv_exact(sock, buf)
+                sock.sendall(reply)
+
+    _in_threads(run, first, count)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "role",
+        choices=["flower-server", "flower-clients", "loop-server", "loop-clients"],
+    )
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--clients", type=int, default=1)
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--count", type=int, default=1)
+    ap.add_argument("--numel", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    address = f"127.0.0.1:{a.port}"
+    if a.role == "flower-server":
+        flower_server(address, a.clients, a.numel, a.rounds, a.out)
+    elif a.role == "flower-clients":
+        flower_clients(address, a.first, a.count)
+    elif a.role == "loop-server":
+        loop_server(a.port, a.clients, a.numel, a.rounds, a.out)
+    else:
+        loop_clients(a.port, a.first, a.count, a.numel, a.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
