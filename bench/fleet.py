@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -116,19 +116,6 @@ def run_config(
     for name, values in sections.items():
         cfg[name] = {**cfg.get(name, {}), **values}
     return cfg
-
-
-def issue_tokens(cfg: dict[str, Any], count: int) -> list[str]:
-    """``count`` single-use enrolment tokens for the run, written to its store."""
-    from fedplat.store import Store
-
-    with Store(cfg["store"]["url"]) as store:
-        made = store.create_tokens(
-            count,
-            expires_at=datetime.now(UTC) + timedelta(hours=6),
-            run_name=cfg["run"]["name"],
-        )
-    return [secret for _, secret in made]
 
 
 def bench_env() -> dict[str, str]:

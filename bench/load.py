@@ -70,6 +70,7 @@ from bench.common import (  # noqa: E402
     tiny_parser,
     write_results,
 )
+from fedplat.testing.tokens import issue_tokens  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "load.json"
 ROUND_SECONDS = 120.0
@@ -311,7 +312,7 @@ def run(s: Setup, w: Path) -> dict[str, Any]:
         # Enrolment is the setup, not the measurement: let 1,000 in at once.
         admission={"enrol_per_second": 1000.0, "enrol_burst": s.clients},
     )
-    tokens = fleet.issue_tokens(cfg, s.clients)
+    tokens = issue_tokens(cfg, s.clients)
     coord = fleet.CoordinatorProcess(cfg, w)
     peak = PeakRss(coord.proc.pid).start()
     watch = Watcher(coord.port, coord.proc.pid)

@@ -70,6 +70,7 @@ from bench.common import (  # noqa: E402
     write_results,
 )
 from bench.payload_speed import payload_speed  # noqa: E402
+from fedplat.testing.tokens import issue_tokens  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "round_overhead.json"
 MB = 1e6
@@ -147,7 +148,7 @@ def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[st
     cfg = fleet.run_config(
         w, clients=clients, rounds=s.rounds, numel=params, aggregator=RULES[rule]
     )
-    tokens = fleet.issue_tokens(cfg, clients)
+    tokens = issue_tokens(cfg, clients)
     coord = fleet.CoordinatorProcess(cfg, w)
     base = peak_rss_mb(coord.proc.pid)  # listening, no client yet
     peak = PeakRss(coord.proc.pid).start()

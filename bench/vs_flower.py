@@ -73,6 +73,7 @@ from bench.common import (  # noqa: E402
     write_results,
 )
 from examples.flower.launch import FlowerRuntime  # noqa: E402
+from fedplat.testing.tokens import issue_tokens  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "vs_flower.json"
 APP = REPO / "bench" / "flower_noop"
@@ -160,7 +161,7 @@ def _peer_run(
 
 def run_fedplat(numel: int, clients: int, s: Setup, w: Path) -> Measured:
     cfg = fleet.run_config(w, clients=clients, rounds=s.rounds, numel=numel)
-    tokens = fleet.issue_tokens(cfg, clients)
+    tokens = issue_tokens(cfg, clients)
     coord = fleet.CoordinatorProcess(cfg, w)
     peak = PeakRss(coord.proc.pid).start()
     procs = fleet.start_sdk_clients(

@@ -1,6 +1,7 @@
 """Helpers shared by the tests (imported as ``tests.support``); fixtures live in
 ``tests/conftest.py``. No test module imports another test module."""
 
+from fedplat.testing.tokens import issue_tokens
 from tests.support.aggregation import EVERY_RULE, ref_geometric_median
 from tests.support.bench import run_bench
 from tests.support.clients import digits_client
@@ -8,7 +9,6 @@ from tests.support.configs import (
     REPO,
     dp_fedavg_config,
     free_port,
-    issue_tokens,
     run_config,
     write_config,
 )

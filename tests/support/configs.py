@@ -55,21 +55,6 @@ def write_config(tmp: Path, cfg: dict[str, Any]) -> Path:
     return p
 
 
-def issue_tokens(cfg: dict[str, Any], count: int) -> list[str]:
-    """``count`` enrolment tokens for the run of ``cfg`` (written to its store)."""
-    from datetime import UTC, datetime, timedelta
-
-    from fedplat.store import Store
-
-    with Store(cfg["store"]["url"]) as store:
-        made = store.create_tokens(
-            count,
-            expires_at=datetime.now(UTC) + timedelta(hours=1),
-            run_name=cfg["run"]["name"],
-        )
-    return [secret for _, secret in made]
-
-
 def dp_fedavg_config(
     tmp: Path, *, rate: float, privacy: dict[str, Any], **kw: Any
 ) -> dict[str, Any]:
