@@ -45,8 +45,8 @@ import multiprocessing as mp
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -338,17 +338,36 @@ def run_row(
 
 
 def _run_jobs(
-    jobs: Sequence[tuple[Setup, Row]], processes: int, evaluate: str
+    jobs: Sequence[tuple[Setup, Row]],
+    processes: int,
+    evaluate: str,
+    on_done: Callable[[dict[int, dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``(setup, row)`` pairs, ``processes`` at a time; results in order."""
+    """Run ``(setup, row)`` pairs, ``processes`` at a time; results in order.
+    ``on_done`` sees the rows finished so far (by job index) after each one, so a
+    run stopped early keeps what it completed."""
     workroot = tempfile.mkdtemp(prefix="dp-fedavg-")
+    done: dict[int, dict[str, Any]] = {}
+
+    def finished(i: int, row: dict[str, Any]) -> None:
+        done[i] = row
+        if on_done is not None:
+            on_done(dict(done))
+
     try:
         if processes <= 1:
-            return [run_row(s, r, workroot, evaluate) for s, r in jobs]
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
-            futs = [pool.submit(run_row, s, r, workroot, evaluate) for s, r in jobs]
-            return [f.result() for f in futs]
+            for i, (s, r) in enumerate(jobs):
+                finished(i, run_row(s, r, workroot, evaluate))
+        else:
+            ctx = mp.get_context("spawn")
+            with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+                futs = {
+                    pool.submit(run_row, s, r, workroot, evaluate): i
+                    for i, (s, r) in enumerate(jobs)
+                }
+                for f in as_completed(futs):
+                    finished(futs[f], f.result())
+        return [done[i] for i in range(len(jobs))]
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
 
@@ -423,6 +442,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{'-' if z is None else f'{z:.3f}'} | {r['uplink_bytes']:,} | "
             f"{r['wall_s']:.0f} |"
         )
+    missing = results["setup"].get("rows_not_run")
+    if missing:
+        lines += ["", f"Not run (stopped before they finished): {', '.join(missing)}."]
     lines += ["", "| goal | gap (points) | met? |", "|---|---|---|"]
     for name, g in results["goals"].items():
         gap = g["gap_points"]
@@ -581,33 +603,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         tuning = json.loads(TUNING_RESULTS.read_text())
     setups = chosen(setup, tuning)
     started = time.perf_counter()
-    jobs = [
-        (setups[eps is not None, sk], Row(eps, sk))
-        for eps in setup.epsilons
-        for sk in (False, True)
-    ]
-    out = _run_jobs(jobs, setup.jobs, "test")
-    results = {
-        "benchmark": "dp_fedavg",
-        "tiny": bool(args.tiny),
-        "clients": setup.clients,
-        "sample_rate": setup.sample_rate,
-        "rounds": setup.rounds,
-        "delta": setup.delta,
-        "rows": out,
-        "goals": goals(out),
-        "setup": {**asdict(setup), "d": model_dim(setup)},
-        "setups": {
-            f"{'dp' if dp else 'no_dp'}{'_sketch' if sk else ''}": {
-                **s.hyper,
-                "d": model_dim(s),
-            }
-            for (dp, sk), s in setups.items()
-        },
-        "tuning": tuning,
-        "environment": environment(started),
-    }
-    write_results(args.out, results, started)
+    # Dense rows first: a run stopped early has the headline (accuracy at each
+    # epsilon against no DP) before the sketched comparisons.
+    rows = [Row(eps, sk) for sk in (False, True) for eps in setup.epsilons]
+    jobs = [(setups[r.epsilon is not None, r.sketch], r) for r in rows]
+
+    def write(done: dict[int, dict[str, Any]]) -> None:
+        out = [done[i] for i in sorted(done)]
+        results = {
+            "benchmark": "dp_fedavg",
+            "tiny": bool(args.tiny),
+            "clients": setup.clients,
+            "sample_rate": setup.sample_rate,
+            "rounds": setup.rounds,
+            "delta": setup.delta,
+            "rows": out,
+            "goals": goals(out),
+            "setup": {
+                **asdict(setup),
+                "d": model_dim(setup),
+                "rows_run": [r.name for i, r in enumerate(rows) if i in done],
+                "rows_not_run": [r.name for i, r in enumerate(rows) if i not in done],
+            },
+            "setups": {
+                f"{'dp' if dp else 'no_dp'}{'_sketch' if sk else ''}": {
+                    **s.hyper,
+                    "d": model_dim(s),
+                }
+                for (dp, sk), s in setups.items()
+            },
+            "tuning": tuning,
+            "environment": environment(started),
+        }
+        write_results(args.out, results, started)
+
+    _run_jobs(jobs, setup.jobs, "test", on_done=write)
     return 0
 
 

@@ -67,3 +67,39 @@ def test_docs_quote_the_committed_results(monkeypatch: pytest.MonkeyPatch) -> No
     begin, end = "<!-- dp-fedavg-table:begin -->\n", "<!-- dp-fedavg-table:end -->"
     quoted = doc[doc.index(begin) + len(begin) : doc.index(end)]
     assert quoted == render_markdown(json.loads(RESULTS.read_text()))
+
+
+def test_a_partial_run_names_the_rows_it_did_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.dp_fedavg import goals, render_markdown
+
+    def row(eps: float | None, acc: float) -> dict:
+        return {
+            "epsilon_target": eps,
+            "sketch": False,
+            "final_accuracy": acc,
+            "epsilon_spent": eps,
+            "uplink_bytes": 1000,
+            "wall_s": 5.0,
+            "details": {"noise_multiplier": None if eps is None else 1.0},
+        }
+
+    rows = [row(None, 0.80), row(8.0, 0.77)]  # eps 4 and every sketch row missing
+    out = {
+        "clients": 1000,
+        "sample_rate": 0.05,
+        "rounds": 300,
+        "delta": 1e-5,
+        "rows": rows,
+        "goals": goals(rows),
+        "setups": {},
+        "setup": {"rows_not_run": ["eps4", "eps4_sketch"]},
+    }
+    assert set(out["goals"]) == {"eps8_within_5_points"}  # only what ran
+    assert out["goals"]["eps8_within_5_points"]["gap_points"] == pytest.approx(3.0)
+    md = render_markdown(out)
+    assert "Not run (stopped before they finished): eps4, eps4_sketch." in md
+    out["setup"]["rows_not_run"] = []
+    assert "Not run" not in render_markdown(out)
