@@ -152,10 +152,13 @@ class Deployment(Processes):
         if not self.ca.exists():
             self.cli("certs", "init", "--dir", str(self.dir / "pki"))
 
-    def tokens(self, count: int) -> list[str]:
+    def tokens(self, count: int, max_examples: int | None = None) -> list[str]:
+        """``count`` enrolment tokens for the run (``max_examples``: the
+        aggregation weight cap the operator registers with each)."""
+        cap = [] if max_examples is None else ["--max-examples", str(max_examples)]
         out = self.cli(
             "tokens", "create", "--db", self.db, "--count", str(count),
-            "--expires", "24h", "--run", self.cfg["run"]["name"],
+            "--expires", "24h", "--run", self.cfg["run"]["name"], *cap,
         )  # fmt: skip
         return out.stdout.split()
 
@@ -201,6 +204,46 @@ class Deployment(Processes):
         wait_healthy(self.address, timeout, credentials=self.channel_credentials())
 
 
+def snapshot(dep: Deployment) -> dict[int, str]:
+    """Every completed round's records as canonical JSON (round -> text): the
+    round row (status, counters, bytes, accuracy, loss, checkpoint hash, model
+    version) and its participations (client, status, bytes, examples, verdict)."""
+    out = {}
+    with dep.store() as store:
+        run = store.get_run_by_name(dep.cfg["run"]["name"])
+        if run is None:
+            return {}
+        for r in store.list_rounds(run.id):
+            if r.status != "completed":
+                continue
+            parts = [
+                {
+                    "client": p.client_id,
+                    "status": p.status,
+                    "bytes_up": p.bytes_up,
+                    "bytes_down": p.bytes_down,
+                    "examples": p.num_examples,
+                    "verdict": repr(p.verdict),
+                }
+                for p in store.list_participations(run.id, r.number)
+            ]
+            rec = {
+                "status": r.status,
+                "selected": r.num_selected,
+                "succeeded": r.num_succeeded,
+                "failed": r.num_failed,
+                "aggregated": r.num_aggregated,
+                "bytes": [r.bytes_up, r.bytes_down],
+                "accuracy": r.accuracy,
+                "loss": r.loss,
+                "checkpoint": r.checkpoint_sha256,
+                "model_version": r.model_version,
+                "participations": sorted(parts, key=lambda p: p["client"]),
+            }
+            out[r.number] = json.dumps(rec, sort_keys=True, default=str)
+    return out
+
+
 def peak_rss_mb(pid: int) -> float:
     """The process's peak resident set so far (``VmHWM``), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -232,6 +275,7 @@ __all__ = [
     "free_port",
     "peak_rss_mb",
     "run_file",
+    "snapshot",
     "store_mb",
     "wait_until",
 ]

@@ -147,7 +147,12 @@ class CoordinatorTarget:
         self.enroller = RawClient(
             self.dep.address, self.layout, name="new", credentials=creds
         )
-        self.payload = dense_payload_bytes(np.zeros(self.layout.numel, "<f4"))
+        # Small, varied values: a harmless update whose chunks all differ, so
+        # reordered or resized chunks change what the signature covers.
+        noise = np.random.default_rng(self.setup.seed).normal(
+            0, 1e-3, self.layout.numel
+        )
+        self.payload = dense_payload_bytes(noise.astype("<f4"))
 
     def alive(self) -> bool:
         return all(

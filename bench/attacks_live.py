@@ -1,0 +1,285 @@
+"""The attacks of issue 11 against a live coordinator with 8 honest clients.
+
+Each attack runs in a run of its own, against a fresh store, with the same seed
+and the default secure configuration: TLS with certificates from ``fedplat
+certs init``, admission by enrolment tokens (``fedplat tokens create``), a
+coordinator process (``fedplat coordinator``) and 8 ``fedplat client``
+processes (digits split IID over 8 clients, an MLP 64-32-10, FedAvg). One
+more run without any attack gives the reference accuracy and store size.
+
+The attackers (:mod:`bench.attackers`) are sybil flood, identity takeover,
+replay, weight inflation, huge-magnitude rows, idle streams, oversized uploads
+and store flooding. Those that hold a token (a compromised device) are
+clients of the run: every client is selected every round (``clients_per_round``
+9, quorum 8 = the honest clients) and a round closes 2 s after its quorum
+(``close_after_quorum_seconds``), so an attacker that never answers does not
+hold rounds to their deadline. Each row reports:
+
+* ``blocked``: decided from the store and the attacker's own request log
+  (each attacker's ``criterion``; ``evidence`` holds the facts);
+* ``honest_rounds_completed`` and ``final_accuracy`` of the run;
+* ``coordinator_peak_rss_mb``: the coordinator's peak resident set
+  (``VmHWM``, sampled until it exits);
+* ``store_growth_mb``: the store's size after the run minus the size after the
+  run without attack.
+
+Operators register each client's weight cap with its token (``fedplat tokens
+create --max-examples 180``, the size of a client's data) in every run; the
+row ``weight_inflation_run_cap_only`` repeats that attack with tokens that
+carry no cap, leaving only the run's ``aggregator.max_examples_per_client``
+(default 100,000).
+
+Usage::
+
+    nice -n 10 python -m bench.attacks_live          # 9 runs (~20 minutes)
+    python -m bench.attacks_live --tiny --out /tmp/a.json
+    python -m bench.attacks_live --markdown          # the table in docs/security.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # allow ``python bench/attacks_live.py``
+    sys.path.insert(0, str(REPO))
+
+from bench.attackers import ATTACKS, Attacker  # noqa: E402
+from bench.common import environment, write_results  # noqa: E402
+from bench.deploy import (  # noqa: E402
+    MODEL,
+    Deployment,
+    free_port,
+    peak_rss_mb,
+    run_file,
+    store_mb,
+    wait_until,
+)
+from fedplat.vectors import Layout  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "attacks_live.json"
+SCHEMA_VERSION = 1
+#: The extra row: weight inflation with tokens that carry no per-client cap.
+RUN_CAP_ONLY = "weight_inflation_run_cap_only"
+
+
+@dataclass(frozen=True)
+class Setup:
+    clients: int
+    rounds: int
+    seed: int
+    token_max_examples: int  # what the operator registers per client
+    attacks: tuple[str, ...]
+
+
+FULL = Setup(8, 10, 0, 180, (*ATTACKS, RUN_CAP_ONLY))
+TINY = Setup(4, 3, 0, 180, ("sybil_flood", "huge_magnitude_rows"))
+
+
+class RssWatch:
+    """Samples a process's peak RSS until it exits (the kernel's ``VmHWM`` is
+    monotone: the last reading is the peak)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = float("nan")
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                mb = peak_rss_mb(self.pid)
+            except (OSError, ValueError):
+                return
+            if mb == mb:  # a zombie has no VmHWM any more (nan)
+                self.peak = mb
+            time.sleep(0.25)
+
+
+def run_one(
+    setup: Setup, workdir: Path, attack: str | None, say: Any
+) -> dict[str, Any]:
+    n = setup.clients
+    cfg = run_file(
+        workdir,
+        f"127.0.0.1:{free_port()}",
+        rounds=setup.rounds,
+        clients=n,
+        selection={"clients_per_round": n + 1, "min_available": n, "quorum": n},
+        deadlines={
+            "round_seconds": 120,
+            "close_after_quorum_seconds": 2,
+            "max_round_attempts": 20,
+        },
+    )
+    dep = Deployment(workdir, cfg)
+    cap = None if attack == RUN_CAP_ONLY else setup.token_max_examples
+    kind = (
+        ATTACKS["weight_inflation" if attack == RUN_CAP_ONLY else attack]
+        if attack
+        else None
+    )
+    stop = threading.Event()
+    attacker: Attacker | None = None
+    thread = None
+    t0 = time.perf_counter()
+    try:
+        coord = dep.coordinator()
+        dep.wait_serving()
+        rss = RssWatch(coord.pid)
+        tokens = dep.tokens(n + 1, cap)
+        with dep.store() as store:
+            run = store.get_run_by_name(cfg["run"]["name"])
+            assert run is not None
+            run_id, layout = run.id, Layout.from_dict(run.layout)
+        if kind is not None:
+            attacker = kind(
+                dep, layout, tokens[n] if kind.admitted else None, setup.seed
+            )
+            thread = threading.Thread(target=attacker.run, args=(stop,), daemon=True)
+        early = kind is not None and kind.early
+        if thread is not None and early:
+            thread.start()  # compete with the honest clients' enrolments
+        clients = [dep.client(i, n, tokens[i]) for i in range(n)]
+        if thread is not None and not early:
+            thread.start()
+        wait_until(lambda: coord.poll() is not None, 3600, "the run to finish")
+        stop.set()
+        if thread is not None:
+            thread.join(180)
+        exit_codes = [c.wait(120) for c in clients]
+        seconds = time.perf_counter() - t0
+        with dep.store() as store:
+            run = store.get_run(run_id)
+            last = store.last_completed_round(run_id)
+            evidence = attacker.evidence(store, run_id) if attacker else {}
+            status = run.status if run else "missing"
+        checked, check_output = dep.store_check()
+    finally:
+        stop.set()
+        dep.close()
+    return {
+        "attack": attack or "none",
+        "blocked": evidence.get("blocked"),
+        "honest_rounds_completed": last.number if last else 0,
+        "final_accuracy": last.accuracy if last else None,
+        "coordinator_peak_rss_mb": round(rss.peak, 1),
+        "store_mb": round(store_mb(dep.db), 3),
+        "criterion": kind.criterion if kind else None,
+        "evidence": evidence,
+        "run_status": status,
+        "coordinator_exit_code": coord.returncode,
+        "client_exit_codes": exit_codes,
+        "store_check": "ok" if checked else check_output,
+        "seconds": seconds,
+    }
+
+
+def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
+    say("run without attack")
+    base = run_one(setup, workdir / "none", None, say)
+    rows = []
+    for name in setup.attacks:
+        say(f"attack {name}")
+        row = run_one(setup, workdir / name, name, say)
+        row["store_growth_mb"] = round(row["store_mb"] - base["store_mb"], 3)
+        if name == "store_flooding":
+            row["blocked"] = bool(row["blocked"]) and row["store_growth_mb"] < 1.0
+        say(
+            f"  blocked {row['blocked']}, accuracy {row['final_accuracy']}, "
+            f"rss {row['coordinator_peak_rss_mb']} MB, "
+            f"store +{row['store_growth_mb']} MB"
+        )
+        rows.append(row)
+    return {
+        "no_attack_accuracy": base["final_accuracy"],
+        "no_attack": base,
+        "rows": rows,
+    }
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    keys = (
+        "attack", "blocked", "honest_rounds_completed", "final_accuracy",
+        "coordinator_peak_rss_mb", "store_growth_mb",
+    )  # fmt: skip
+    base = results["no_attack"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines.append(
+        f"| none (reference) | - | {base['honest_rounds_completed']} | "
+        f"{results['no_attack_accuracy']} | {base['coordinator_peak_rss_mb']} | - |"
+    )
+    for row in results["rows"]:
+        lines.append("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _goal_met(body: dict[str, Any]) -> bool:
+    ref = body["no_attack_accuracy"]
+    return all(
+        r["blocked"]
+        and abs(r["final_accuracy"] - ref) <= 0.01
+        and r["store_growth_mb"] < 1.0
+        for r in body["rows"]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--tiny", action="store_true", help="4 clients, 3 rounds, 2 attacks"
+    )
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--workdir", type=Path, help="keep logs and stores here")
+    ap.add_argument("--only", nargs="*", help="run only these attacks")
+    ap.add_argument(
+        "--markdown", action="store_true", help="print the docs table from --out"
+    )
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(render_markdown(json.loads(args.out.read_text())), end="")
+        return 0
+    setup = TINY if args.tiny else FULL
+    if args.only:
+        setup = Setup(**{**asdict(setup), "attacks": tuple(args.only)})
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fedplat-attacks-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        body = run(setup, workdir, lambda s: print(s, file=sys.stderr, flush=True))
+    out = {
+        "benchmark": "attacks_live",
+        "schema_version": SCHEMA_VERSION,
+        "tiny": args.tiny,
+        **body,
+        "goal": "every attack blocked, accuracy within 1 point of the run without "
+        "attack, store growth under 1 MB per attack",
+        "goal_met": _goal_met(body),
+        "setup": {
+            **asdict(setup),
+            "dataset": "digits (1,437 training images split IID over 8 clients, "
+            "360 test images for the coordinator's evaluation)",
+            "model": MODEL,
+            "aggregator": "fedavg (weighted by capped example counts)",
+            "selection": "clients_per_round 9, min_available 8, quorum 8, "
+            "close_after_quorum_seconds 2",
+            "transport": "TLS (fedplat certs init), admission by enrolment tokens",
+            "server_limits": "defaults (stream_idle_seconds 30, max_update_norm 1e6, "
+            "enrol_per_second 50, burst 200)",
+        },
+        "environment": environment(t0),
+    }
+    write_results(args.out, out, t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
