@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := dataset-fashion-mnist postgresql chromium podman buildah runc debootstrap g++
-EXTRAS ?= dev,postgres,ui,export
+EXTRAS ?= dev,postgres,ui,export,flower,ray
 
 .PHONY: setup system-deps venv demo test test-fast lint proto clean
 

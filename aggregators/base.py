@@ -20,6 +20,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from fedplat.vectors import all_finite
+
+# Computed in float32 by every rule (Rule.__call__), returned in the input dtype.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
 
 class AggregationError(ValueError):
     """Invalid settings or inputs for an aggregation rule (e.g. ``2f >= n``)."""
@@ -78,10 +83,41 @@ class StatelessAggregator:
             )
 
 
+def require_finite_rows(updates: torch.Tensor) -> None:
+    """Raise :class:`AggregationError` naming the rows of ``updates`` ``[n, d]``
+    that hold NaN or Inf (one plain sum when there are none)."""
+    if all_finite(updates):
+        return
+    rows = (~torch.isfinite(updates)).any(dim=1).nonzero().flatten().tolist()
+    shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+    raise AggregationError(
+        f"updates hold NaN or Inf in row(s) [{shown}]; "
+        "drop non-finite rows before aggregating"
+    )
+
+
 def check_updates(
-    updates: torch.Tensor, weights: torch.Tensor | None = None
+    updates: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    *,
+    finite: bool = True,
 ) -> torch.Tensor:
-    """Validate the ``[n, d]`` stack; return weights ``[n]`` normalised to sum 1."""
+    """Validate the ``[n, d]`` stack; return weights ``[n]`` normalised to sum 1.
+
+    Rows holding NaN or Inf are refused (:func:`require_finite_rows`): a rule
+    handed one can answer silently wrong (Krum's scores all become NaN and it
+    returned row 0), and the coordinator drops such uploads before they reach
+    a rule. ``finite=False`` leaves that check to the caller.
+
+    Examples
+    --------
+    >>> check_updates(torch.zeros(2, 3), torch.tensor([1.0, 3.0]))
+    tensor([0.2500, 0.7500], dtype=torch.float64)
+    >>> check_updates(torch.tensor([[0.0], [float("nan")]]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fedplat.aggregators.base.AggregationError: updates hold NaN or Inf in row(s) [1]...
+    """
     if updates.dim() != 2:
         raise AggregationError(
             f"updates must be [n, d], got shape {list(updates.shape)}"
@@ -91,6 +127,8 @@ def check_updates(
         raise AggregationError("no updates to aggregate")
     if not torch.is_floating_point(updates):
         raise AggregationError(f"updates must be floating point, got {updates.dtype}")
+    if finite:
+        require_finite_rows(updates)
     if weights is None:
         return torch.full((n,), 1.0 / n, dtype=torch.float64)
     if weights.shape != (n,):
@@ -238,44 +276,21 @@ class RuleOutput:
     report: RowReport
 
 
-def expand_report(
-    report: RowReport,
-    rows: torch.Tensor,
-    n: int,
-    extra_flags: Mapping[str, torch.Tensor] | None = None,
-) -> RowReport:
-    """Map a report over the subset ``rows`` (``[k]`` indices) back to ``n`` rows.
-
-    Rows outside the subset get weight 0, ``selected=False``, score ``nan``.
-    """
-    weight = torch.zeros(n, dtype=torch.float64)
-    weight[rows] = report.weight.to(torch.float64)
-    selected = torch.zeros(n, dtype=torch.bool)
-    selected[rows] = report.selected
-    score = None
-    if report.score is not None:
-        score = torch.full((n,), math.nan, dtype=torch.float64)
-        score[rows] = report.score.to(torch.float64)
-    flags: dict[str, torch.Tensor] = {}
-    for name, mask in report.flags.items():
-        full = torch.zeros(n, dtype=torch.bool)
-        full[rows] = mask
-        flags[name] = full
-    for name, mask in (extra_flags or {}).items():
-        flags[name] = flags.get(name, torch.zeros(n, dtype=torch.bool)) | mask
-    return RowReport(weight, selected, score, flags)
-
-
 class Rule:
-    """Skeleton shared by every rule: validation, non-finite rows, decisions.
+    """Skeleton shared by every rule: validation, precision, decisions.
 
-    Subclasses implement :meth:`aggregate_rows` over already-validated inputs and
-    must not mutate their state there; a stateful rule updates it in
-    :meth:`commit`, called once per successful round, so a rule can be re-run on a
-    subset (non-finite rows dropped) or inside a :class:`Pipeline` safely.
+    Subclasses implement :meth:`aggregate_rows` over already-validated, finite
+    inputs in float32 or float64 and must not mutate their state there; a
+    stateful rule updates it in :meth:`commit`, called once per successful
+    round, so a rule can run inside a :class:`Pipeline` safely.
     """
 
     name = "rule"
+
+    # True for rules whose aggregate is non-finite whenever an input row of
+    # positive weight is (a weighted sum): with every weight positive they skip
+    # the input pass and check their output instead (BLAS may skip 0 * inf).
+    propagates_non_finite = False
 
     def aggregate_rows(
         self, updates: torch.Tensor, weights: torch.Tensor
@@ -300,64 +315,30 @@ class Rule:
     def __call__(
         self, updates: torch.Tensor, weights: torch.Tensor | None = None
     ) -> AggregationResult:
-        w = check_updates(updates, weights)
-        out = aggregate_finite(self, updates, w)
-        self.commit(out.aggregate)
-        return AggregationResult(
-            aggregate=out.aggregate, decisions=out.report.decisions()
-        )
+        w = check_updates(updates, weights, finite=False)
+        if not (self.propagates_non_finite and bool((w > 0).all())):
+            require_finite_rows(updates)
+        # float16/bfloat16 round at 1e-3 and overflow at 65504 (bfloat16: 3e38
+        # but 8 mantissa bits): squared norms, Gram matrices and window sums
+        # are wrong or inf there, so every rule computes in float32 and returns
+        # the input dtype.
+        work = updates.float() if updates.dtype in HALF_DTYPES else updates
+        out = self.aggregate_rows(work, w)
+        aggregate = out.aggregate.to(updates.dtype)
+        if not all_finite(aggregate):
+            require_finite_rows(updates)
+            raise AggregationError(
+                f"{self.name} produced a non-finite aggregate from finite updates "
+                f"(values too large for {updates.dtype}?)"
+            )
+        self.commit(aggregate)
+        return AggregationResult(aggregate=aggregate, decisions=out.report.decisions())
 
     def __repr__(self) -> str:
         params = ", ".join(
             f"{k}={v!r}" for k, v in sorted(vars(self).items()) if not k.startswith("_")
         )
         return f"{type(self).__name__}({params})"
-
-
-def all_finite(v: torch.Tensor) -> bool:
-    """Whether every entry of ``v`` is finite, in one pass and no allocation of
-    ``v``'s size for float32/float16 (``torch.isfinite(v).all()`` allocates two
-    such tensors, page faults included: ~2 ms at ``d = 1e6``, a fifth of a
-    plain mean): their float64 sum cannot overflow, so it is finite exactly
-    when every entry is (an inf or a NaN makes it inf or NaN)."""
-    if v.dtype in (torch.float32, torch.float16, torch.bfloat16):
-        return math.isfinite(float(v.sum(dtype=torch.float64)))
-    return bool(torch.isfinite(v).all())
-
-
-def aggregate_finite(
-    rule: Rule, updates: torch.Tensor, weights: torch.Tensor
-) -> RuleOutput:
-    """Run ``rule``; if the aggregate is not finite, drop non-finite rows and retry.
-
-    Checking every row up front would cost a full pass over ``[n, d]`` (as much as
-    FedAvg itself), so finiteness is checked on the ``[d]`` output and rows are
-    inspected only when it fails. Robust rules often absorb an ``inf`` row, which is
-    then kept like any other outlier. Dropped rows are flagged ``"non-finite"``.
-    """
-    snapshot = {k: v.clone() for k, v in rule.state_dict().items()}
-    out = rule.aggregate_rows(updates, weights)
-    if all_finite(out.aggregate):
-        return out
-    finite = torch.isfinite(updates).all(dim=1)
-    if bool(finite.all()):
-        raise AggregationError(
-            f"{rule.name} produced a non-finite aggregate from finite updates "
-            "(values too large for the dtype?)"
-        )
-    if not bool(finite.any()):
-        raise AggregationError("every update is non-finite")
-    rows = finite.nonzero().squeeze(1)
-    sub_w = weights[rows]
-    if float(sub_w.sum()) <= 0:
-        raise AggregationError("the finite updates all have zero weight")
-    rule.load_state_dict(snapshot)  # e.g. bucketing's generator: same draw again
-    sub = rule.aggregate_rows(updates[rows], sub_w / sub_w.sum())
-    bad = ~finite
-    report = expand_report(
-        sub.report, rows, updates.shape[0], {"non-finite": bad, "excluded": bad}
-    )
-    return RuleOutput(sub.aggregate, report)
 
 
 # --------------------------------------------------------------------------- #

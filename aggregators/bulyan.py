@@ -21,9 +21,9 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
-from fedplat.aggregators.distances import pairwise_sq_distances
+from fedplat.aggregators.coordinatewise import coordinate_meamed
+from fedplat.aggregators.kernels.distances import pairwise_sq_distances
 from fedplat.aggregators.krum import krum_scores
-from fedplat.aggregators.order_stats import coordinate_meamed
 
 
 def bulyan_selection(
@@ -75,6 +75,17 @@ class Bulyan(Rule):
     set are ``"excluded"``; ``weight`` is a selected row's share of the entries
     kept by the coordinate-wise step (``"down-weighted"`` when under half the
     average).
+
+    Examples
+    --------
+    ``n = 7``, ``f = 1``: Krum picks ``theta = 5`` rows one by one (2, 1, 3, 0, 4:
+    never 50 or -50), then per coordinate MeaMed keeps the ``beta = 3`` values
+    closest to their median 2, i.e. 1, 2, 3:
+
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [3.0], [4.0], [50.0], [-50.0]])
+    >>> r = Bulyan(f=1)(x)
+    >>> r.aggregate, [d.selected for d in r.decisions]
+    (tensor([2.]), [True, True, True, True, True, False, False])
     """
 
     name = "bulyan"

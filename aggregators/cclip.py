@@ -20,7 +20,11 @@ from fedplat.aggregators.base import (
     check_float,
     check_int,
 )
-from fedplat.aggregators.distances import accurate_gram, combination_sq_distances
+from fedplat.aggregators.kernels.distances import (
+    accurate_gram,
+    combination_sq_distances,
+    require_finite,
+)
 
 
 class CenteredClipping(Rule):
@@ -38,6 +42,18 @@ class CenteredClipping(Rule):
     Decisions: ``weight`` is the row's coefficient in the output (the rest of the
     output is the reference point), ``score`` its distance to the point it was
     clipped around in the last step; rows farther than ``tau`` are ``"clipped"``.
+
+    Examples
+    --------
+    Around the first reference point 0 with ``tau = 1``, (3, 4) (norm 5) is
+    clipped to (0.6, 0.8) and (0.5, 0) is kept; the output is their mean, and
+    the next round starts from it:
+
+    >>> cc = CenteredClipping(tau=1.0, iterations=1)
+    >>> cc(torch.tensor([[3.0, 4.0], [0.5, 0.0]])).aggregate
+    tensor([0.5500, 0.4000])
+    >>> cc.state_dict()["center"]
+    tensor([0.5500, 0.4000])
     """
 
     name = "centered_clipping"
@@ -60,6 +76,7 @@ class CenteredClipping(Rule):
                 f"have d={d}; reset the aggregator state for a new model"
             )
         g = accurate_gram(updates, extra=center[None])  # [n + 1, n + 1]
+        require_finite(g, self.name)
         w = weights.to(torch.float64)
         # Coefficients over [x_1 .. x_n, reference]; they always sum to 1.
         coef = torch.zeros(n + 1, dtype=torch.float64)

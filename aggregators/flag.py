@@ -4,7 +4,7 @@ using convex optimization").
 
 Follows the authors' code (hamidralmasi/FlagAggregator, ``aggregators/flag.py`` and
 ``aggregators/center_algorithms_torch.py``: ``irls_flag``, ``flag_mean_iteration``,
-``calc_error_1_2``), as digested in ALGORITHMS.md section 3:
+``calc_error_1_2``):
 
 1. Normalise every row: ``g_i / ||g_i||`` (``F.normalize``: a zero row stays zero).
 2. ``Y0 = QR(rand(d, m) - 0.5)`` with ``torch.manual_seed(seed)``, seed 1.
@@ -43,7 +43,7 @@ from fedplat.aggregators.base import (
     check_float,
     check_int,
 )
-from fedplat.aggregators.distances import gram
+from fedplat.aggregators.kernels.distances import gram
 
 _RESCALE = ("paper", "median_norm")
 # irls_flag stops when the objective change or the objective itself is below this.
@@ -117,6 +117,15 @@ class FlagAggregator(Rule):
     ``||Y^T g_i||^2``, the share of the client's direction inside the subspace
     (the reference logs it as ``values``), ``weight`` that score normalised to sum
     to 1; ``"down-weighted"`` below half the average.
+
+    Examples
+    --------
+    Three orthogonal rows and ``m = 3``: the subspace holds every direction, so
+    the output is ``(1/m)`` times the sum of the unit rows:
+
+    >>> x = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 4.0]])
+    >>> FlagAggregator(m=3)(x).aggregate
+    tensor([0.3333, 0.3333, 0.3333])
     """
 
     name = "flag"
@@ -164,7 +173,7 @@ class FlagAggregator(Rule):
         self, updates: torch.Tensor, weights: torch.Tensor
     ) -> RuleOutput:
         n = updates.shape[0]
-        g = gram(updates, center=False)
+        g = gram(updates)
         norms = torch.diagonal(g).clamp_min(0.0).sqrt()
         inv = torch.where(
             norms > 0, 1.0 / norms.clamp_min(1e-300), torch.zeros_like(norms)

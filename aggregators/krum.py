@@ -1,8 +1,8 @@
 """Krum and Multi-Krum (Blanchard et al., NeurIPS 2017; El Mhamdi et al., ICML 2018).
 
 All pairwise distances come from one Gram matrix
-(:func:`fedplat.aggregators.distances.pairwise_sq_distances`), so the cost is one
-GEMM plus one GEMV for the average, whatever ``n``.
+(:func:`fedplat.aggregators.kernels.distances.pairwise_sq_distances`), so the cost
+is one GEMM plus one GEMV for the average, whatever ``n``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
-from fedplat.aggregators.distances import pairwise_sq_distances
+from fedplat.aggregators.kernels.distances import pairwise_sq_distances
 
 
 def krum_scores(sq_dist: torch.Tensor, neighbours: int) -> torch.Tensor:
@@ -63,6 +63,17 @@ class MultiKrum(Rule):
     The average is unweighted (a client's claimed weight cannot buy it a larger
     share). Decisions: ``score`` is the Krum score, ``weight`` ``1/m`` for the
     selected rows, others are flagged ``"excluded"``.
+
+    Examples
+    --------
+    With ``f = 0`` every score sums the ``n - 2 = 2`` nearest squared distances:
+    0 -> 1 + 4, 1 -> 1 + 1, 2 -> 1 + 4, 10 -> 64 + 81. The two lowest are rows 1
+    and 0 (a tie with row 2 goes to the lower index):
+
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [10.0]])
+    >>> r = MultiKrum(f=0, m=2)(x)
+    >>> r.aggregate, [d.score for d in r.decisions]
+    (tensor([0.5000]), [5.0, 2.0, 5.0, 145.0])
     """
 
     name = "multi_krum"
@@ -101,6 +112,13 @@ class Krum(MultiKrum):
     """Krum (Blanchard et al. 2017): the single row with the lowest Krum score.
 
     Multi-Krum with ``m = 1``. Needs ``n >= 2f + 3``.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [10.0]])  # scores 5, 2, 5, 145
+    >>> r = Krum(f=0)(x)
+    >>> r.aggregate, [d.selected for d in r.decisions]
+    (tensor([1.]), [False, True, False, False])
     """
 
     name = "krum"

@@ -37,6 +37,16 @@ class Pipeline(Rule):
         number of rows it receives (e.g. ``ceil(n / s)`` after bucketing).
 
     State: ``"pre.<i>.<key>"`` and ``"rule.<key>"`` entries.
+
+    Examples
+    --------
+    Clip every row to norm 1, then take the coordinate-wise median:
+
+    >>> from fedplat.aggregators import CoordinateMedian, NormClipping
+    >>> agg = Pipeline([NormClipping(max_norm=1.0)], CoordinateMedian())
+    >>> r = agg(torch.tensor([[0.5], [0.2], [-30.0]]))
+    >>> r.aggregate, r.decisions[2].flags
+    (tensor([0.2000]), ('down-weighted', 'clipped'))
     """
 
     def __init__(self, pre: Sequence[PreAggregator], rule: Rule) -> None:
@@ -141,6 +151,12 @@ def build_aggregator(
     -------
     Aggregator
         The rule itself when ``pre`` is empty, else a :class:`Pipeline`.
+
+    Examples
+    --------
+    >>> agg = build_aggregator("krum", {"f": 1}, [{"name": "bucketing"}])
+    >>> agg.name
+    'bucketing+krum'
     """
     rule = create_aggregator(name, **dict(params or {}))
     if not pre:

@@ -17,7 +17,7 @@ from fedplat.aggregators.base import (
     check_int,
     require,
 )
-from fedplat.aggregators.distances import pairwise_sq_distances
+from fedplat.aggregators.kernels.distances import pairwise_sq_distances
 
 
 def _identity_share(n: int) -> torch.Tensor:
@@ -35,6 +35,13 @@ class NormClipping(PreAggregator):
         Clipping threshold ``c`` (> 0).
 
     Rows that were scaled down are flagged ``"clipped"``.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[3.0, 4.0], [0.5, 0.0]])
+    >>> NormClipping(max_norm=1.0)(x, torch.tensor([0.5, 0.5])).updates
+    tensor([[0.6000, 0.8000],
+            [0.5000, 0.0000]])
     """
 
     name = "clipping"
@@ -74,6 +81,16 @@ class NearestNeighborMixing(PreAggregator):
 
     Distances come from one Gram matrix; the mixing is one ``[n, n] x [n, d]``
     product. Ties in distance go to the lower row index.
+
+    Examples
+    --------
+    ``f = 1``: every row becomes the mean of itself and its nearest row:
+
+    >>> x = torch.tensor([[0.0], [1.0], [5.0]])
+    >>> NearestNeighborMixing(f=1)(x, torch.full((3,), 1 / 3)).updates
+    tensor([[0.5000],
+            [0.5000],
+            [3.0000]])
     """
 
     name = "nnm"
@@ -114,6 +131,15 @@ class Bucketing(PreAggregator):
 
     With client weights the bucket average is weighted and the bucket's weight is
     the sum of its members' (uniform weights give the paper's plain average).
+
+    Examples
+    --------
+    One bucket of all four rows is their mean, holding all the weight:
+
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+    >>> out = Bucketing(bucket_size=4)(x, torch.full((4,), 0.25))
+    >>> out.updates, out.weights
+    (tensor([[1.5000]]), tensor([1.], dtype=torch.float64))
     """
 
     name = "bucketing"

@@ -25,6 +25,7 @@ Usage::
 
     python -m bench.aggregators_speed [--n 50] [--d 1000000] [--repeats 5]
         [--no-flower] [--large]
+    python -m bench.aggregators_speed --markdown   # docs/robustness.md's table
 
 ``--large`` adds ``n = 100, d = 10,000,000`` (4 GB; fedplat rules, Flower's median
 and trimmed mean only) under the key ``"large"``.
@@ -44,9 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fedplat.aggregators import create_aggregator, fused_sort
+from fedplat.aggregators import create_aggregator
+from fedplat.aggregators.kernels import fused_sort
+
+from bench.docs import ROOT, add_doc_args, handle_doc_args
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregators_speed.json"
+DOC = ROOT / "docs" / "robustness.md"
 
 SORT_BASED = ("median", "trimmed_mean", "meamed")
 KRUM_FAMILY = ("krum", "multi_krum")
@@ -116,7 +121,7 @@ def bench(
         agg(x)
         agg.load_state_dict({})  # centered clipping: start every run from zero
     # The first calls of the sort-based rules start compiling their fused kernels
-    # in the background (fedplat.aggregators.fused_sort); time the steady state.
+    # in the background (fedplat.aggregators.kernels.fused_sort); time the steady state.
     tic = time.perf_counter()
     fused_sort.wait()
     compile_s = time.perf_counter() - tic
@@ -199,7 +204,12 @@ def main() -> None:
     ap.add_argument("--no-flower", action="store_true")
     ap.add_argument("--large", action="store_true", help="also n=100, d=1e7")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    add_doc_args(ap, DOC)
     args = ap.parse_args()
+    from bench.docs_robustness import speed_blocks
+
+    if handle_doc_args(args, DOC, speed_blocks):
+        return
     torch.set_num_threads(args.threads)
     f = args.n // 5 if args.f is None else args.f
     load_before = os.getloadavg()

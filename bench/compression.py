@@ -73,6 +73,7 @@ Usage::
     python -m bench.compression                  # full run, ~30-40 min on 2 cores
     python -m bench.compression --tiny --out X   # seconds: digits, 4 clients
     python -m bench.compression --methods dense,dgc --rounds 50   # exploring
+    python -m bench.compression --markdown       # docs/compression.md's blocks
 """
 
 from __future__ import annotations
@@ -97,9 +98,18 @@ from typing import Any
 
 import torch
 
+from bench.common import round_progress
+from bench.docs import add_doc_args, handle_doc_args
+from bench.docs_compression import DOC, doc_blocks
+
 RESULTS = Path(__file__).resolve().parent / "results" / "compression.json"
 SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "compression_speed.json"
 SCHEMA_VERSION = 1
+#: What ``uplink_bytes`` counts: ``"wire"``, every byte of an upload's messages
+#: (header message, data chunks, gRPC's 5-byte framing), as the coordinator
+#: records ``bytes_up`` (``fedplat.proto.streams.update_wire_bytes``). Results
+#: written before that count have ``"payload"``: the encoded update's bytes only.
+BYTE_COUNT = "wire"
 METHOD_KEYS = (
     "method",
     "final_accuracy",
@@ -445,15 +455,7 @@ def run_method(
     d = int(layout.numel)
     t0 = time.perf_counter()
 
-    def progress(outcome: Any) -> None:
-        if outcome.accuracy is not None:
-            print(
-                f"[{method.name}] round {outcome.number}/{setup.rounds} acc "
-                f"{outcome.accuracy:.4f} ({time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
+    progress = round_progress(method.name, setup.rounds)
     res = simulate(cfg, _client_builder(setup), setup.clients, on_round=progress)
     wall = time.perf_counter() - t0
     store = Store(cfg.store.url, migrate=False)
@@ -499,6 +501,10 @@ def run_method(
         "steady_rounds": len(steady),
         "steady_round_ratio_min": min(per_round) if per_round else None,
         "steady_round_ratio_max": max(per_round) if per_round else None,
+        # Mean bytes of one upload after warm-up (every byte on the wire).
+        "steady_bytes_per_upload": (
+            steady_up / sum(r["clients"] for r in steady) if steady_up else None
+        ),
         "first_round_ratio": (
             completed[0]["dense_bytes"] / completed[0]["bytes_up"]
             if completed and completed[0]["bytes_up"]
@@ -596,6 +602,7 @@ def long_run_summary(
     ratios = [results[("dgc", s)]["row"]["compression_ratio"] for s in seeds]
     mean_gap = statistics.fmean(gaps) if gaps else None
     return {
+        "byte_count": BYTE_COUNT,
         "rounds": setup.long_rounds,
         "eval_every": long_setup(setup).eval_every,
         # Rows of the first seed (same schema as the main table).
@@ -609,6 +616,7 @@ def long_run_summary(
             n: statistics.stdev(a) if len(a) > 1 else None for n, a in acc.items()
         },
         "dgc_gap_points_per_seed": gaps,
+        "dgc_steady_ratio_per_seed": ratios,
         "goals": {
             **{
                 k: gl[k]
@@ -647,6 +655,7 @@ def write_results(
     started: float,
     finished: bool,
     long_results: dict[tuple[str, int], dict[str, Any]] | None = None,
+    kept_long_run: dict[str, Any] | None = None,
 ) -> None:
     names = [n for n in order if n in results]
     rows = {n: results[n]["row"] for n in names}
@@ -654,6 +663,7 @@ def write_results(
     out = {
         "benchmark": "compression",
         "schema_version": SCHEMA_VERSION,
+        "byte_count": BYTE_COUNT,
         "tiny": tiny,
         "complete": finished,
         "setup": {**asdict(setup), "d": d},
@@ -669,10 +679,21 @@ def write_results(
     }
     if long_results is not None:
         out["long_run"] = long_run_summary(setup, long_results)
+    elif kept_long_run is not None:
+        out["long_run"] = kept_long_run
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2) + "\n")
     tmp.replace(path)
+
+
+def kept_long_run_of(path: Path) -> dict[str, Any]:
+    """The ``long_run`` section of an earlier result file, with what its bytes
+    count (``"payload"`` when the file predates ``byte_count``)."""
+    old = json.loads(path.read_text())
+    if "long_run" not in old:
+        raise SystemExit(f"{path} has no long_run section")
+    return {"byte_count": old.get("byte_count", "payload"), **old["long_run"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -700,7 +721,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a Setup field (exploration), e.g. lr=0.1",
     )
+    ap.add_argument(
+        "--keep-long-run",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="run every method but not the long run, and copy JSON's long_run "
+        "section (with its byte_count) into --out",
+    )
+    add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
+    if handle_doc_args(args, DOC, doc_blocks):
+        return 0
+    kept_long_run = None
+    if args.keep_long_run is not None:
+        if args.methods:
+            ap.error("--keep-long-run runs every method: drop --methods")
+        kept_long_run = kept_long_run_of(args.keep_long_run)
     setup = TINY if args.tiny else FULL
     if args.rounds is not None:
         setup = replace(setup, rounds=args.rounds)
@@ -725,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lsetup = long_setup(setup)
     long_todo = (
         []
-        if args.methods or setup.long_rounds <= 0
+        if args.methods or kept_long_run is not None or setup.long_rounds <= 0
         else [
             (replace(lsetup, seed=seed), m)
             for seed in setup.long_seeds
@@ -745,6 +782,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         {} if long_todo else None
     )
 
+    def write(done: bool) -> None:
+        write_results(
+            args.out,
+            setup,
+            args.tiny,
+            env,
+            results,
+            order,
+            started,
+            done,
+            long_results,
+            kept_long_run,
+        )
+
     def record(
         kind: str, st: Setup, name: str, res: dict[str, Any], done: bool
     ) -> None:
@@ -753,9 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             long_results[(name, st.seed)] = res
         else:
             results[name] = res
-        write_results(
-            args.out, setup, args.tiny, env, results, order, started, done, long_results
-        )
+        write(done)
 
     # tmpfs when there is one: the store and checkpoints are written every round.
     root = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -776,9 +825,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record(kind, st, name, fut.result(), False)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
-    write_results(
-        args.out, setup, args.tiny, env, results, order, started, True, long_results
-    )
+    write(True)
     for name in order:
         r = results[name]["row"]
         print(

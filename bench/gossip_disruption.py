@@ -18,6 +18,7 @@ Usage::
     python -m bench.gossip_disruption            # the full grid (13 runs)
     python -m bench.gossip_disruption --time-only --rounds 5   # time one run
     python -m bench.gossip_disruption --fractions 0.1 0.3 --removals degree
+    python -m bench.gossip_disruption --markdown   # docs/gossip.md's block
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from typing import Any
 
 import torch
 
+from bench.docs import ROOT, add_doc_args, handle_doc_args
 from fedplat.gossip.network import NetworkState
 from fedplat.gossip.scenario import Scenario, parse_scenario
 from fedplat.gossip.setup import NodeData, load_node_data
 from fedplat.gossip.sim import GossipSimulation, SimResult
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gossip_disruption.json"
+DOC = ROOT / "docs" / "gossip.md"
 
 
 def scenario(
@@ -99,6 +102,94 @@ def run_one(s: Scenario, full: NodeData) -> SimResult:
     return GossipSimulation(s, data=data).run()
 
 
+def _pt(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def results_block(res: dict[str, Any]) -> str:
+    """The table and the numbers docs/gossip.md's findings rest on."""
+    base = res["baseline_accuracy"]
+    st = res["setup"]
+    rows = {
+        (r["removal"], r["removed_fraction"], r["with_data"]): r for r in res["rows"]
+    }
+    fracs = sorted({r["removed_fraction"] for r in res["rows"]})
+    kinds = [
+        k for k in ("degree", "betweenness", "random") if (k, fracs[0], True) in rows
+    ]
+    lines = [
+        f"{len(res['rows']) + 1} runs, seed{'s' if len(st['seeds']) > 1 else ''} "
+        f"{', '.join(map(str, st['seeds']))}, "
+        f"{st['seconds_total']:,.0f} s for the whole grid on the shared machine "
+        f"(per run {min(st['seconds_per_run'].values()):.0f}-"
+        f"{max(st['seconds_per_run'].values()):.0f} s, {st['threads']} torch "
+        "thread).",
+        "",
+        "| removed | how | with data: mean / min acc. | relay-only: mean / min acc. "
+        "| components |",
+        "|---|---|---|---|---|",
+        f"| 0% (baseline) | - | {_pt(base)} / {_pt(st['baseline_min_accuracy'])} "
+        f"| - | {st['baseline_components']} |",
+    ]
+    for kind in kinds:
+        for f in fracs:
+            a, b = rows[(kind, f, True)], rows[(kind, f, False)]
+            comps = sorted({a["components"], b["components"]})
+            lines.append(
+                f"| {f:.0%} | {'top ' if kind != 'random' else ''}{kind} "
+                f"| {_pt(a['final_mean_accuracy'])} / {_pt(a['final_min_accuracy'])} "
+                f"| {_pt(b['final_mean_accuracy'])} / {_pt(b['final_min_accuracy'])} "
+                f"| {'-'.join(map(str, comps))} |"
+            )
+
+    def cost(kind: str) -> tuple[float, float]:
+        c = [
+            100 * (base - r["final_mean_accuracy"])
+            for (k, _, _), r in rows.items()
+            if k == kind
+        ]
+        return min(c), max(c)
+
+    def comps(kind: str) -> str:
+        c = [r["components"] for (k, _, _), r in rows.items() if k == kind]
+        return f"{min(c)}-{max(c)}"
+
+    data_diff = max(
+        100
+        * abs(
+            rows[(k, f, True)]["final_mean_accuracy"]
+            - rows[(k, f, False)]["final_mean_accuracy"]
+        )
+        for k in kinds
+        for f in fracs
+    )
+    hub_lo, hub_hi = cost("degree")
+    rnd_lo, rnd_hi = cost("random")
+    worst = min(
+        r["final_min_accuracy"] for (k, _, _), r in rows.items() if k == "degree"
+    )
+    top = rows[("degree", fracs[-1], True)]
+    lines += [
+        "",
+        f"- Same nodes removed with their data or as relays: the final mean accuracy "
+        f"differs by at most {data_diff:.2f} points.",
+        f"- Removing the top-degree nodes leaves {comps('degree')} components and "
+        f"costs {hub_lo:.2f}-{hub_hi:.2f} points of mean accuracy; removing as many "
+        f"random nodes leaves {comps('random')} components and costs "
+        f"{rnd_lo:.2f}-{rnd_hi:.2f} points.",
+        f"- With {fracs[-1]:.0%} of the hubs gone (with their data) the mean accuracy "
+        f"is {_pt(top['final_mean_accuracy'])}% against {_pt(base)}%; the largest "
+        f"drop in the grid is {hub_hi:.2f} points.",
+        f"- The worst live node after hub removal ends at {_pt(worst)}%.",
+    ]
+    return "\n".join(lines)
+
+
+def doc_blocks() -> dict[str, str]:
+    """The generated blocks of docs/gossip.md, from the committed results."""
+    return {"gossip-disruption": results_block(json.loads(RESULTS.read_text()))}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=60)
@@ -124,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         help="run the baseline only and print its time",
     )
     p.add_argument("--output", type=Path, default=RESULTS)
+    add_doc_args(p, DOC)
     args = p.parse_args(argv)
+    if handle_doc_args(args, DOC, doc_blocks):
+        return 0
     torch.set_num_threads(args.threads)
 
     def make(

@@ -1,7 +1,9 @@
 """Gradient leakage: reconstruct a training image from an update, with and without DP.
 
-The attack of Song, Wang, Yu & Zhang (ICML 2023, arXiv 2210.08371; ALGORITHMS.md
-Sec. 2): an adversary who knows the model ``w_t`` and the round's sketch ``R_t``
+The attack of Song, Wang, Yu & Zhang, "Sketching for First Order Method: Efficient
+Algorithm for Low-Bandwidth Channel and Vulnerability" (ICML 2023, arXiv
+2210.08371), which shows that sketching alone does not stop gradient leakage: an
+adversary who knows the model ``w_t`` and the round's sketch ``R_t``
 (both are public in the protocol: the sketch seed is in every task) observes a
 client's upload and solves, by gradient matching,
 
@@ -38,6 +40,7 @@ Writes ``bench/results/leakage.json``. Usage::
 
     python -m bench.leakage            # Fashion-MNIST, about a minute
     python -m bench.leakage --tiny     # digits (8x8), a few seconds
+    python -m bench.leakage --markdown # its block of docs/compression.md
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.common import environment, write_results
+from bench.docs import add_doc_args, handle_doc_args
+from bench.docs_compression import DOC, leakage_blocks
 from fedplat.compression import Compressor, CountSketch, GaussianSketch
 from fedplat.data import load_dataset
 from fedplat.models import create_model
@@ -422,7 +427,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="digits, fewer epsilons")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
+    if handle_doc_args(args, DOC, leakage_blocks):
+        return 0
     torch.set_num_threads(1)
     setup = TINY if args.tiny else FULL
     t0 = time.perf_counter()

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from fedplat.client.backoff import Backoff
 from fedplat.client.middleware import ByteCounter, Middleware, chain
+from fedplat.client.secagg import SecAggParticipant, secagg_vector
 
 from fedplat.security.identity import ENROL, UPDATE, Identity
 from fedplat.transport.base import Connection
@@ -187,6 +188,8 @@ class Client:
         self.finished = False
         self._global: torch.Tensor | None = None
         self._pending: tuple[str, UpdateHeader, EncodedBody] | None = None
+        self._secagg: SecAggParticipant | None = None
+        self._wait = poll_seconds
         self.last_error: str | None = None
 
     # --------------------------------------------------------------- persistence
@@ -289,8 +292,22 @@ class Client:
         self._pending = None
         return ack
 
+    def _secagg_step(self) -> None:
+        sa = self._secagg
+        assert sa is not None
+        if not sa.done and sa.advance(
+            self.conn, self.identity, self.run_id, self._wait
+        ):
+            self.rounds_done += 1
+            log.info("client %s: secure aggregation over: %s", self.name, sa.reason)
+
     def handle_task(self, task: Task) -> None:
-        """Train on one TRAIN task and upload the update."""
+        """Train on one TRAIN task and upload the update (or, under secure
+        aggregation, take the next step of the protocol)."""
+        if self._secagg is not None and self._secagg.task.task_id == task.task_id:
+            self._secagg_step()
+            return
+        self._secagg = None
         if self._pending is not None and self._pending[0] == task.task_id:
             # The upload was interrupted (network loss): resend, don't retrain.
             _, header, body = self._pending
@@ -319,6 +336,11 @@ class Client:
             raise InvalidArgument(
                 "local training produced non-finite weights; not uploading"
             )
+        if task.config.secagg is not None:
+            vec = secagg_vector(task, delta, self.uplink)
+            self._secagg = SecAggParticipant(task, vec)
+            self._secagg_step()
+            return
         ack = self._send(
             OutgoingUpdate(
                 task=task, vector=delta, num_examples=fit.num_examples, metrics=metrics
@@ -340,9 +362,8 @@ class Client:
         """Enrol if needed, poll once, handle the task; returns the task seen."""
         if not self.enrolled:
             self.enroll()
-        task = self.conn.get_task(
-            self.poll_seconds if wait_seconds is None else wait_seconds
-        )
+        self._wait = self.poll_seconds if wait_seconds is None else wait_seconds
+        task = self.conn.get_task(self._wait)
         if task.kind is TaskKind.FINISHED:
             self.finished = True
         elif task.kind is TaskKind.TRAIN:

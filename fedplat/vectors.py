@@ -220,18 +220,20 @@ def delta_into(
 def all_finite(t: torch.Tensor) -> bool:
     """Whether every entry of ``t`` is finite: the one finiteness test of fedplat.
 
-    One pass and no allocation of ``t``'s size for float32/float16/bfloat16
-    (``torch.isfinite(t).all()`` allocates two such tensors, page faults
-    included: ~2 ms at ``d = 1e6``): their float64 sum cannot overflow, so it is
-    finite exactly when every entry is (an inf or a NaN makes it inf or NaN).
+    One reduction in the tensor's own dtype and no allocation of ``t``'s size
+    (``torch.isfinite(t).all()`` allocates a bool tensor as large as ``t``, and
+    a float64 sum of a float32 tensor casts element by element: 30x a plain
+    sum for a ``[50, 2e5]`` stack, measured): a finite sum proves every entry
+    finite (a NaN or an inf makes it NaN or inf). Only a non-finite sum, a
+    non-finite entry or an overflow of huge finite values, pays for
+    ``aminmax``, which cannot overflow.
     """
-    if t.numel() == 0:
+    if t.numel() == 0 or not torch.is_floating_point(t):
         return True
-    if t.dtype in (torch.float32, torch.float16, torch.bfloat16):
-        return math.isfinite(float(t.sum(dtype=torch.float64)))
-    if not torch.is_floating_point(t):
+    if math.isfinite(float(t.sum())):
         return True
-    return bool(torch.isfinite(t).all())
+    lo, hi = torch.aminmax(t)
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
 
 
 def count_nonfinite(t: torch.Tensor) -> int:

@@ -8,10 +8,18 @@ touched (the buffer comes from ``torch.empty``, so untouched pages cost no
 memory); at close the accepted rows are moved to the front in order, and the
 ``[k, d]`` view is handed to the rule without a copy.
 
-FedAvg with no pre-aggregation needs only the weighted sum: :class:`RunningSum`
-keeps ``sum_i w_i u_i`` in float64 (``O(d)`` whatever the number of clients) and
+FedAvg with no pre-aggregation needs only the sum: :class:`RunningSum`
+keeps ``sum_i w_i u_i`` in float32 (``O(d)`` whatever the number of clients; an
+in-place BLAS axpy per update, like the rule's own float32 mean; ``w_i = 1``
+for an unweighted rule) and
 decodes each upload into a scratch row from a small pool, added once the upload
 is complete and valid, then returned to the pool.
+
+With a sketch compressor, :class:`SketchSum` is the same running sum over the
+clients' sketches ``[b]`` (the intake keeps each payload's sketch values instead
+of de-sketching it): the sketch is linear, so the sum of sketches is the sketch
+of the sum, de-sketched once when the round closes (and noised before that under
+central DP).
 """
 
 from __future__ import annotations
@@ -35,6 +43,10 @@ class RowStack:
     """``[n, d]`` rows decoded in place (see the module docstring)."""
 
     needs_rows = True
+    sketch_space = False
+
+    def check_upload(self) -> None:
+        """Raise ``PayloadError`` if this round takes no uploads."""
 
     def __init__(self, n: int, d: int) -> None:
         self.n, self.d = n, d
@@ -83,9 +95,14 @@ class RunningSum:
     """``sum_i w_i u_i`` and ``sum_i w_i`` (see the module docstring)."""
 
     needs_rows = False
+    sketch_space = False
 
-    def __init__(self, d: int) -> None:
+    def check_upload(self) -> None:
+        """Raise ``PayloadError`` if this round takes no uploads."""
+
+    def __init__(self, d: int, *, weighted: bool = True) -> None:
         self.d = d
+        self.weighted = weighted
         self.sum: torch.Tensor | None = None
         self.total_weight = 0.0
         self._pool: list[torch.Tensor] = []
@@ -105,10 +122,10 @@ class RunningSum:
     def commit(self, acc: Accepted, buffer: torch.Tensor) -> None:
         with self._lock:
             if self.sum is None:
-                self.sum = torch.zeros(self.d, dtype=torch.float64)
-            # In-place add promotes the float32 row without a float64 copy.
-            self.sum.add_(buffer, alpha=acc.weight)
-            self.total_weight += acc.weight
+                self.sum = torch.zeros(self.d, dtype=torch.float32)
+            w = acc.weight if self.weighted else 1.0
+            self.sum.add_(buffer, alpha=w)
+            self.total_weight += w
             self._accepted[acc.row] = acc
             self._pool.append(buffer)
 
@@ -121,6 +138,56 @@ class RunningSum:
         self._pool.clear()
 
 
+class SketchSum(RunningSum):
+    """:class:`RunningSum` over the clients' sketches ``[b]`` (module docstring)."""
+
+    sketch_space = True
+
+
+class MaskedSum(RunningSum):
+    """The sum of a secure-aggregation round (the coordinator never sees a row).
+
+    Uploads are refused (:meth:`check_upload`): clients send masked inputs through the
+    ``SecAgg`` call, and :meth:`set_result` stores the unmasked sum of the
+    survivors' clipped vectors ``[dim]`` (the update, or its sketch when
+    ``sketch_space``) and, under adaptive clipping, the count of unclipped
+    updates the clients appended.
+    """
+
+    def __init__(self, d: int, *, sketch_space: bool) -> None:
+        super().__init__(d, weighted=False)
+        self.sketch_space = sketch_space
+        self.unclipped: int | None = None
+
+    def check_upload(self) -> None:
+        from fedplat.compression.wire import PayloadError
+
+        raise PayloadError(
+            "this round uses secure aggregation: send the masked input through "
+            "the SecAgg call, not an upload"
+        )
+
+    def acquire(self, row: int) -> torch.Tensor:
+        self.check_upload()
+        raise AssertionError("unreachable")
+
+    def set_result(
+        self, total: torch.Tensor, accepted: list[Accepted], unclipped: int | None
+    ) -> None:
+        with self._lock:
+            self.sum = total.to(torch.float64)
+            self.total_weight = float(len(accepted))
+            self._accepted = {a.row: a for a in accepted}
+            self.unclipped = unclipped
+
+
 Accumulator = RowStack | RunningSum
 
-__all__ = ["Accepted", "Accumulator", "RowStack", "RunningSum"]
+__all__ = [
+    "Accepted",
+    "Accumulator",
+    "MaskedSum",
+    "RowStack",
+    "RunningSum",
+    "SketchSum",
+]

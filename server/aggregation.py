@@ -2,8 +2,12 @@
 
 A pure function of the accepted rows (or their running sum), the rule, the DP
 plan and the server optimizer's state: pre-aggregators + rule (or the exact
-weighted mean from a running sum) -> central DP noise -> server optimizer. It
-returns the new weights, the aggregate, and one typed
+mean from a running sum, de-sketched once when the sum is of sketches) -> server
+optimizer. Under central DP the running sum of clipped updates (or sketches) is
+released by DP-FedAvg's fixed-denominator estimator
+(:meth:`fedplat.uplink.central.CentralDP.release`): noise once on the sum,
+divided by ``q N``, de-sketched after; the release is accounted when the round is
+written. It returns the new weights, the aggregate, and one typed
 :class:`~fedplat.store.Verdict` per accepted client. Central DP clipping already
 happened per row at intake (:meth:`fedplat.uplink.server.UplinkPlan.clip_row`).
 """
@@ -14,10 +18,17 @@ from dataclasses import dataclass
 
 import torch
 from fedplat.aggregators import AggregationError, AggregationResult, Aggregator
-from fedplat.server.accumulator import Accepted, Accumulator, RowStack, RunningSum
+from fedplat.server.accumulator import (
+    Accepted,
+    Accumulator,
+    MaskedSum,
+    RowStack,
+    RunningSum,
+)
 from fedplat.server.optimizers import ServerOptimizer
 
 from fedplat.store import Verdict
+from fedplat.uplink.central import Release
 from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import all_finite
 
@@ -34,6 +45,8 @@ class StepResult:
     stack: torch.Tensor | None = None
     row_weights: torch.Tensor | None = None
     result: AggregationResult | None = None
+    # Central DP: the round's release, accounted when the round is written.
+    release: Release | None = None
 
 
 def needs_rows(aggregator: Aggregator, has_pre: bool, contribution: bool) -> bool:
@@ -68,24 +81,58 @@ def _from_rows(
     return result.aggregate, accepted, verdicts, partial
 
 
-def _from_sum(
-    acc: RunningSum, clipped: set[str]
-) -> tuple[torch.Tensor, list[Accepted], dict[str, Verdict]]:
-    accepted = acc.accepted()
-    total = acc.total_weight
-    if acc.sum is None or not accepted or total <= 0:
-        raise AggregationError("no updates to aggregate")
-    mean = (acc.sum / total).to(torch.float32)
-    verdicts = {
+def _verdicts(
+    accepted: list[Accepted], weight: float, clipped: set[str]
+) -> dict[str, Verdict]:
+    return {
         a.client_id: Verdict(
-            a.weight / total,
+            weight,
             True,
             None,
             ("dp-clipped",) if a.client_id in clipped else (),
         )
         for a in accepted
     }
+
+
+def _from_sum(
+    acc: RunningSum, clipped: set[str], plan: UplinkPlan, round_number: int
+) -> tuple[torch.Tensor, list[Accepted], dict[str, Verdict]]:
+    accepted = acc.accepted()
+    total = acc.total_weight
+    if acc.sum is None or not accepted or total <= 0:
+        raise AggregationError("no updates to aggregate")
+    mean = (acc.sum / total).to(torch.float32)
+    if acc.sketch_space:
+        mean = plan.desketch(mean, round_number)
+    if acc.weighted:
+        verdicts = {
+            a.client_id: Verdict(a.weight / total, True, None, ()) for a in accepted
+        }
+    else:
+        verdicts = _verdicts(accepted, 1.0 / len(accepted), clipped)
     return mean, accepted, verdicts
+
+
+def _dp_release(
+    acc: RunningSum, clipped: set[str], plan: UplinkPlan, round_number: int
+) -> tuple[Release, list[Accepted], dict[str, Verdict]]:
+    """DP-FedAvg's release of the clipped sum (an empty round releases noise)."""
+    assert plan.central is not None
+    accepted = acc.accepted()
+    total = acc.sum if acc.sum is not None else torch.zeros(acc.d, dtype=torch.float64)
+    unclipped = (
+        acc.unclipped
+        if isinstance(acc, MaskedSum) and acc.unclipped is not None
+        else sum(1 for a in accepted if a.client_id not in clipped)
+    )
+    rel = plan.central.release(
+        total,
+        len(accepted),
+        unclipped,
+        plan.sketch_sum(round_number) if acc.sketch_space else None,
+    )
+    return rel, accepted, _verdicts(accepted, 1.0 / rel.expected, clipped)
 
 
 def aggregate_round(
@@ -101,18 +148,21 @@ def aggregate_round(
 ) -> StepResult:
     """Aggregate the round (raises :class:`AggregationError` when it cannot)."""
     partial: StepResult | None = None
+    release: Release | None = None
     if isinstance(acc, RowStack):
         aggregate, accepted, verdicts, partial = _from_rows(
             acc, aggregator, weighted, clipped
         )
+    elif plan.central is not None:
+        release, accepted, verdicts = _dp_release(acc, clipped, plan, round_number)
+        aggregate = release.mean
     else:
-        aggregate, accepted, verdicts = _from_sum(acc, clipped)
-    noised = plan.noise_mean(aggregate.to(torch.float32), len(accepted))
-    new = optimizer.step(global_weights, noised, round_number)
+        aggregate, accepted, verdicts = _from_sum(acc, clipped, plan, round_number)
+    new = optimizer.step(global_weights, aggregate.to(torch.float32), round_number)
     if not all_finite(new):
         raise AggregationError("aggregation produced non-finite weights")
     if partial is None:
-        return StepResult(new, aggregate, accepted, verdicts)
+        return StepResult(new, aggregate, accepted, verdicts, release=release)
     return StepResult(
         new,
         aggregate,

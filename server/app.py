@@ -15,6 +15,7 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -234,9 +235,13 @@ class BackgroundServer:
         self._thread.join(10)
 
 
-async def _serve(cfg: RunConfig, linger_seconds: float) -> int:
+async def _serve(
+    cfg: RunConfig, linger_seconds: float, setup: Callable[[Server], object] | None
+) -> int:
     preflight(cfg)
     srv = Server(cfg)
+    if setup is not None:  # e.g. fedplat.server.upstream.attach_upstream
+        setup(srv)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, srv.stop_event.set)
@@ -254,9 +259,15 @@ async def _serve(cfg: RunConfig, linger_seconds: float) -> int:
     return 1 if run.status == "failed" else 0
 
 
-def serve(cfg: RunConfig, *, linger_seconds: float = 3.0) -> int:
-    """Run the coordinator until the run ends or SIGINT/SIGTERM; exit status."""
-    return asyncio.run(_serve(cfg, linger_seconds))
+def serve(
+    cfg: RunConfig,
+    *,
+    linger_seconds: float = 3.0,
+    setup: Callable[[Server], object] | None = None,
+) -> int:
+    """Run the coordinator until the run ends or SIGINT/SIGTERM; exit status.
+    ``setup(server)`` runs before the server starts."""
+    return asyncio.run(_serve(cfg, linger_seconds, setup))
 
 
 __all__ = ["BackgroundServer", "Server", "check_listen", "preflight", "serve"]

@@ -13,7 +13,9 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fedplat.server.accumulator import Accumulator
 
@@ -73,6 +75,61 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+class TaskWaiters:
+    """Clients waiting for a task, woken one by one.
+
+    A fleet of waiting clients must not all wake for every event: a new round
+    wakes the clients it selected, the run's end wakes everyone, and nothing
+    else wakes a waiting client at all (uploads and enrolments wake only the
+    driver, through :attr:`TaskBoard.signal`).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_client: dict[
+            str, set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]
+        ] = {}
+
+    def notify(self, client_ids: Iterable[str] | None = None) -> None:
+        """Wake the given clients' waiters (every waiter when None)."""
+        with self._lock:
+            if client_ids is None:
+                woken = [w for ws in self._by_client.values() for w in ws]
+                self._by_client.clear()
+            else:
+                woken = [w for cid in client_ids for w in self._by_client.pop(cid, ())]
+        for loop, fut in woken:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+    def register(self, client_id: str) -> asyncio.Future[None]:
+        """A future set when ``client_id`` is notified. Register *before*
+        checking for a task, so a task published in between is not missed."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._by_client.setdefault(client_id, set()).add((loop, fut))
+        return fut
+
+    async def wait(
+        self, client_id: str, fut: asyncio.Future[None], timeout: float
+    ) -> None:
+        """Wait for a registered future (or the timeout); always unregisters."""
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self.discard(client_id, fut)
+
+    def discard(self, client_id: str, fut: asyncio.Future[None]) -> None:
+        with self._lock:
+            ws = self._by_client.get(client_id)
+            if ws is not None:
+                ws.discard((fut.get_loop(), fut))
+                if not ws:
+                    del self._by_client[client_id]
+
+
 @dataclass(frozen=True)
 class Assignment:
     """One selected client's task in a round."""
@@ -115,6 +172,8 @@ class RoundState:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     by_task: dict[str, Assignment] = field(default_factory=dict)
+    # Secure aggregation's state (fedplat.server.secagg_round.SecAggRound).
+    secagg: Any = None
 
     def __post_init__(self) -> None:
         self.by_task = {a.task_id: a for a in self.assignments.values()}
@@ -126,7 +185,9 @@ class TaskBoard:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        # The driver's wake-up (answers, enrolments); clients wait on ``waiters``.
         self.signal = Signal()
+        self.waiters = TaskWaiters()
         self.round: RoundState | None = None
         self.finished = False
         # task id -> (round, client id) of closed tasks
@@ -138,6 +199,7 @@ class TaskBoard:
                 raise RuntimeError(f"round {self.round.number} is still open")
             self.round = state
         self.signal.notify()
+        self.waiters.notify(state.assignments)
 
     def close(self) -> RoundState:
         """Take the open round off the board; its tasks are over."""
@@ -157,6 +219,7 @@ class TaskBoard:
         with self.lock:
             self.finished = True
         self.signal.notify()
+        self.waiters.notify()
 
     def closed_round_of(self, task_id: str) -> int | None:
         with self.lock:

@@ -110,7 +110,7 @@ class RoundCloser:
             ev = ctx.evaluator(step.weights)
             accuracy, loss, evaluated = ev.accuracy, ev.loss, ev.as_metrics()
         contribution = self._contribution(r, step, saved)
-        privacy = ctx.plan.account(len(r.assignments), r.num_live)
+        privacy = ctx.plan.account(step.release)
         path, sha = save_checkpoint(
             cfg.checkpoints.dir,
             Checkpoint(
@@ -293,7 +293,7 @@ class RoundCloser:
         ):
             # Under local DP every upload is a noised release whether or not the
             # round completes: the accountant counts it.
-            released = ctx.plan.account(len(r.assignments), r.num_live)
+            released = ctx.plan.account()
             ctx.store.add_metrics(ctx.run_id, released, round_number=r.number)
         statuses = {r.assignments[c].name: o.status for c, o in r.outcomes.items()}
         if not final:
@@ -331,6 +331,19 @@ class RoundCloser:
             ),
         )
         log.error("run failed: %s", msg)
+
+    def budget_spent(self, reason: str) -> None:
+        """The privacy budget allows no further round: the run ends, completed,
+        with ``reason`` stored (its model is as private as accounted so far)."""
+        ctx = self.ctx
+        ctx.recorder.event("privacy_budget_exhausted", reason, level="warning")
+        ctx.recorder.event("run_completed", f"run {self.cfg.run.name!r} completed")
+        ctx.recorder.flush()
+        ctx.state.record = ctx.store.update_run(
+            ctx.run_id, status="completed", reason=reason, finished_at=now_utc()
+        )
+        ctx.state.finished = True
+        log.warning("run stopped: %s", reason)
 
     def give_up(self, reason: str) -> None:
         """The run fails without a round to close (e.g. no clients came)."""

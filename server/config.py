@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from fedplat.aggregators import Aggregator
 
 from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.contribution.config import ContributionSection
@@ -164,6 +167,21 @@ class EvaluationSection(Strict):
 
 
 class SelectionSection(Strict):
+    """Which live clients train in a round.
+
+    ``sampling: fixed`` (default) picks ``clients_per_round`` (or ``fraction`` of
+    the live clients) uniformly without replacement. ``sampling: poisson`` takes
+    each live client independently with probability ``rate``
+    (:func:`fedplat.privacy.poisson_sample`, a keyed hash of the round and the
+    client): the number per round is random (binomial, possibly zero), which is
+    the sampling DP-FedAvg's accountant assumes; ``clients_per_round`` and
+    ``fraction`` are not used. ``quorum`` is the number of accepted updates a
+    round needs to complete; under central DP it is not consulted (a round
+    releases at its deadline whatever arrived; see docs/privacy.md).
+    """
+
+    sampling: Literal["fixed", "poisson"] = "fixed"
+    rate: float | None = Field(default=None, gt=0.0, le=1.0)
     clients_per_round: int = Field(default=10, ge=1)
     fraction: float | None = Field(default=None, gt=0.0, le=1.0)
     min_available: int = Field(default=2, ge=1)
@@ -171,7 +189,16 @@ class SelectionSection(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SelectionSection:
-        if self.quorum > self.clients_per_round:
+        if self.sampling == "poisson":
+            if self.rate is None:
+                raise ValueError("selection.sampling poisson needs a rate in (0, 1]")
+            if self.fraction is not None:
+                raise ValueError(
+                    "selection.fraction is for fixed sampling; poisson uses rate"
+                )
+        elif self.rate is not None:
+            raise ValueError("selection.rate needs sampling: poisson")
+        if self.sampling == "fixed" and self.quorum > self.clients_per_round:
             raise ValueError(
                 f"quorum ({self.quorum}) cannot exceed clients_per_round "
                 f"({self.clients_per_round})"
@@ -227,6 +254,18 @@ class AggregatorSection(Strict):
     def is_weighted(self) -> bool:
         return self.name == "fedavg" if self.weighted is None else self.weighted
 
+    def build(self) -> Aggregator:
+        """The rule with its pre-aggregators, as the coordinator runs it (the one
+        place a section becomes an aggregator: the coordinator, the Flower
+        strategy and the benchmarks call this)."""
+        from fedplat.aggregators import build_aggregator
+
+        return build_aggregator(
+            self.name,
+            dict(self.params),
+            [{"name": p.name, "params": dict(p.params)} for p in self.pre],
+        )
+
 
 class ServerOptimizerSection(Strict):
     name: Literal["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"] = "fedavg"
@@ -259,16 +298,54 @@ class CompressionSection(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class AdaptiveClipSection(Strict):
+    """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm follows the
+    ``target_quantile`` of the update norms, starting at ``privacy.clip_norm``.
+    ``count_noise_std`` is ``sigma_b`` of the noised count of unclipped updates
+    (default: expected clients / 20, the paper's recommendation)."""
+
+    target_quantile: float = Field(default=0.5, ge=0.0, le=1.0)
+    learning_rate: float = Field(default=0.2, gt=0)
+    count_noise_std: float | None = Field(default=None, gt=0)
+
+
+class SecureAggregationSection(Strict):
+    """Secure aggregation (Bonawitz et al. 2017; SecAgg+ of Bell et al. 2020) of
+    the clipped updates under central DP: the coordinator only learns their sum.
+
+    ``sparse``: SecAgg+ (a Harary graph of ``k`` neighbours sized for
+    ``dropout_rate`` and ``corrupt_rate``) instead of every pair; ``rotate``: the
+    randomized Hadamard rotation before quantization; ``min_fraction``: the round
+    aborts (and releases noise only) when fewer of the selected clients remain;
+    ``phase_seconds``: deadline of each phase after the keys are advertised
+    (advertising waits for training, until ``deadlines.round_seconds``).
+    """
+
+    sparse: bool = True
+    dropout_rate: float = Field(default=0.1, ge=0.0, lt=1.0)
+    corrupt_rate: float = Field(default=0.05, ge=0.0, lt=1.0)
+    rotate: bool = True
+    min_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    phase_seconds: float = Field(default=30.0, gt=0)
+
+
 class PrivacySection(Strict):
     """Differential privacy of client updates.
 
     ``local``: each client clips what it sends (e.g. its sketch) to ``clip_norm``
     and adds Gaussian noise itself; the accountant counts one release per round per
     client (sampling rate 1, the worst case for a client that is always selected).
-    ``central``: clients clip, the coordinator adds noise to the unweighted mean; the
-    accountant uses the round's sampling rate (selected / live clients).
+    ``central``: user-level DP-FedAvg (McMahan et al., ICLR 2018) with Poisson
+    sampling (``selection.sampling: poisson``): the coordinator clips each update
+    (or its sketch) to ``clip_norm``, adds Gaussian noise once to the sum and
+    divides by the fixed ``rate * population``; the accountant composes one
+    sampled Gaussian mechanism ``(noise_multiplier, rate)`` per round.
+    ``population`` is ``N``, the number of clients the rate is defined on; by
+    default the clients enrolled when the first round opens (kept on restart).
     Sigma comes from ``noise_multiplier`` or is calibrated by the accountant library
-    so that ``run.rounds`` rounds spend ``(epsilon, delta)``.
+    so that ``run.rounds`` rounds spend ``(epsilon, delta)``. ``max_epsilon``
+    (default: ``epsilon``) is a ceiling: a round whose release would pass it is not
+    run, and the run completes with that reason.
     """
 
     mode: Literal["none", "local", "central"] = "none"
@@ -277,6 +354,10 @@ class PrivacySection(Strict):
     clip_norm: float = Field(default=1.0, gt=0)
     noise_multiplier: float | None = Field(default=None, gt=0)
     accountant: Literal["rdp", "prv"] = "rdp"
+    max_epsilon: float | None = Field(default=None, gt=0)
+    population: int | None = Field(default=None, ge=1)
+    adaptive_clip: AdaptiveClipSection | None = None
+    secure_aggregation: SecureAggregationSection | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PrivacySection:
@@ -286,7 +367,23 @@ class PrivacySection(Strict):
             and self.noise_multiplier is None
         ):
             raise ValueError("privacy: give epsilon (to calibrate) or noise_multiplier")
+        if self.mode != "central" and (
+            self.adaptive_clip is not None
+            or self.population is not None
+            or self.secure_aggregation is not None
+        ):
+            raise ValueError(
+                "privacy.adaptive_clip, population and secure_aggregation need "
+                "mode: central"
+            )
+        if self.mode == "none" and self.max_epsilon is not None:
+            raise ValueError("privacy.max_epsilon needs mode local or central")
         return self
+
+    @property
+    def ceiling(self) -> float | None:
+        """The epsilon the run may not pass (None: no ceiling)."""
+        return self.max_epsilon if self.max_epsilon is not None else self.epsilon
 
 
 class StoreSection(Strict):
@@ -331,7 +428,8 @@ class ServerSection(Strict):
     # Plaintext gRPC must be asked for explicitly; otherwise TLS is required.
     insecure: bool = False
     tls: TlsSection | None = None
-    max_message_bytes: int = Field(default=4 * MiB, ge=64 * 1024, le=1024 * MiB)
+    # At most 16 MiB: what the SDK accepts per message (its channel limit).
+    max_message_bytes: int = Field(default=4 * MiB, ge=64 * 1024, le=16 * MiB)
     chunk_bytes: int = Field(default=1 * MiB, ge=1024)
     max_update_bytes: int = Field(default=1024 * MiB, ge=1024)
     long_poll_seconds: float = Field(default=10.0, gt=0, le=300)
@@ -409,6 +507,38 @@ class RunConfig(Strict):
                 "no pre-aggregators: the noise is calibrated to an unweighted mean of "
                 "clipped updates"
             )
+        if self.privacy.mode == "central":
+            sel = self.selection
+            if sel.sampling != "poisson":
+                raise ValueError(
+                    "privacy.mode central needs selection.sampling: poisson with a "
+                    "rate: the accountant assumes each client takes part "
+                    "independently with probability rate (DP-FedAvg)"
+                )
+            if self.contribution.enabled:
+                raise ValueError(
+                    "contribution scoring reads each client's update and publishes "
+                    "per-client scores, which central DP does not cover; turn one off"
+                )
+            if self.privacy.secure_aggregation is not None:
+                from fedplat.secagg import SecAggError, check_secagg_compatible
+
+                try:
+                    check_secagg_compatible(
+                        aggregator=self.aggregator.name,
+                        weighted=self.aggregator.is_weighted,
+                        pre_aggregators=[p.name for p in self.aggregator.pre],
+                        compression=self.compression.name,
+                        contribution_scoring=self.contribution.enabled,
+                    )
+                except SecAggError as exc:
+                    raise ValueError(f"privacy.secure_aggregation: {exc}") from None
+            if sel.quorum > 1:
+                raise ValueError(
+                    "selection.quorum is not used under central DP (every round "
+                    "releases at its deadline, an empty one too: refusing a round "
+                    "for having few updates would reveal the count); leave it at 1"
+                )
         return self
 
     def clients_this_round(self, available: int) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from fedplat.aggregators import AggregationError, Aggregator, build_aggregator
+from fedplat.aggregators import AggregationError, Aggregator
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.evaluation import Evaluator, build_model, validate_run
 from fedplat.server.optimizers import ServerOptimizer
@@ -99,13 +99,8 @@ class RunContext:
 
 
 def _aggregator(cfg: RunConfig) -> Aggregator:
-    a = cfg.aggregator
     try:
-        return build_aggregator(
-            a.name,
-            dict(a.params),
-            [{"name": p.name, "params": dict(p.params)} for p in a.pre],
-        )
+        return cfg.aggregator.build()
     except (AggregationError, ValueError) as exc:
         raise ConfigError(f"aggregator: {exc}") from exc
 

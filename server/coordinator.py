@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import torch
 from fedplat.server.board import RoundState, TaskBoard
@@ -32,22 +34,40 @@ from fedplat.server.evaluation import Evaluator
 from fedplat.server.intake import Intake, Upload
 from fedplat.server.registry import ClientRegistry, ClientState, PeerIdentity, Rejection
 
-from fedplat.proto import streams
+from fedplat.proto import serde, streams
+from fedplat.secagg import SecAggError
+from fedplat.security.identity import SECAGG, verify
 from fedplat.store import Store
-from fedplat.transport.errors import FedplatError, PermissionDenied, StaleUpdate
+from fedplat.transport.errors import (
+    FedplatError,
+    InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
+    StaleUpdate,
+)
 from fedplat.transport.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
     ModelPayload,
+    SecAggReply,
+    SecAggReplyKind,
+    SecAggRequest,
     Task,
     TaskKind,
     UpdateHeader,
     UploadAck,
+    secagg_statement,
 )
+from fedplat.uplink.task import SecAggSpec
 
 #: Client metric reports kept per client (one per task it took part in).
 MAX_REPORTS_REMEMBERED = 10_000
+
+
+def _wire(msg: Any) -> int:
+    """Every byte of one protobuf message on the wire, gRPC framing included."""
+    return int(msg.ByteSize()) + streams.GRPC_FRAME_BYTES
 
 
 class Coordinator:
@@ -165,6 +185,11 @@ class Coordinator:
         if found is None:
             return None
         r, a = found
+        secagg = None
+        if r.secagg is not None:
+            secagg = SecAggSpec(
+                r.secagg.config.as_dict(), c.seq, self.ctx.plan.adaptive
+            )
         return Task(
             kind=TaskKind.TRAIN,
             run_id=self.run_id,
@@ -172,7 +197,7 @@ class Coordinator:
             task_id=a.task_id,
             model_version=r.model_version,
             deadline_unix=r.deadline,
-            config=self.ctx.plan.task_config(a.seed),
+            config=self.ctx.plan.task_config(a.seed, secagg),
             nonce=a.nonce,
         )
 
@@ -249,6 +274,7 @@ class Coordinator:
             up = self.begin_upload(c, header)
             up.wire_bytes = streams.update_wire_bytes(header, len(data), chunk)
             try:
+                up.start()
                 view = memoryview(data)
                 for start in range(0, len(view), chunk):
                     up.write(view[start : start + chunk])
@@ -256,6 +282,75 @@ class Coordinator:
             except FedplatError as exc:
                 up.fail(exc)
                 raise
+
+    # ---------------------------------------------------------------- secagg
+    def secagg_step(self, c: ClientState, req: SecAggRequest) -> SecAggReply:
+        """One secure-aggregation call (see :mod:`fedplat.server.secagg_round`):
+        the caller's signed message of the current phase, if any, then its
+        reply (WAIT while the phase is open)."""
+        with self.board.lock:
+            r = self.board.round
+            a = r.by_task.get(req.task_id) if r is not None else None
+        if r is None or a is None or r.number != req.round:
+            raise StaleUpdate(f"task {req.task_id!r} is not an open task")
+        if a.client_id != c.client_id:
+            self.reject(
+                "foreign_task", "secagg call for another client's task", c.client_id
+            )
+            raise PermissionDenied("this task belongs to another client")
+        sa = r.secagg
+        if sa is None:
+            raise InvalidArgument("this round does not use secure aggregation")
+        o = r.outcomes[a.client_id]
+        if req.message:
+            if len(req.message) > sa.max_message_bytes:
+                raise ResourceExhausted("secure-aggregation message too large")
+            fields = secagg_statement(
+                self.run_id, r.number, a.task_id, a.nonce, req.message
+            )
+            if not verify(c.public_key, req.signature, SECAGG, *fields):
+                self.reject(
+                    "bad_signature",
+                    "secure-aggregation message signature does not verify",
+                    c.client_id,
+                )
+                raise PermissionDenied(
+                    "secure-aggregation message signature does not verify with "
+                    "the client's key"
+                )
+            with self.board.lock:
+                if self.board.round is not r:
+                    raise StaleUpdate(f"round {r.number} closed")
+                o.bytes_up += _wire(serde.secagg_request_to_proto(req))
+                try:
+                    sa.receive(a.client_id, req.message)
+                except SecAggError as exc:
+                    self.reject("secagg_refused", str(exc), c.client_id)
+            self.board.signal.notify()
+        elif req.signature:
+            raise InvalidArgument("a poll carries no signature")
+        with self.board.lock:
+            reply = sa.reply(a.client_id)
+            if reply.kind is SecAggReplyKind.DONE:
+                r.answered.add(a.client_id)  # no task left: GetTask waits
+            if not req.message:
+                o.bytes_up += _wire(serde.secagg_request_to_proto(req))
+            o.bytes_down += _wire(serde.secagg_reply_to_proto(reply))
+        return reply
+
+    def secagg(self, client_id: str, token: str, req: SecAggRequest) -> SecAggReply:
+        """:meth:`secagg_step`, holding a WAIT for up to ``req.wait_seconds``."""
+        c = self.authenticate(client_id, token)
+        wait = max(0.0, min(req.wait_seconds, self.cfg.server.long_poll_seconds))
+        end = time.monotonic() + wait
+        while True:
+            gen = self.board.signal.gen
+            reply = self.secagg_step(c, req)
+            left = end - time.monotonic()
+            if reply.kind is not SecAggReplyKind.WAIT or left <= 0:
+                return reply
+            req = replace(req, message=b"", signature=b"")
+            self.board.signal.wait(gen, min(left, 1.0))
 
     # ---------------------------------------------------------------- metrics
     def report_metrics(
@@ -292,7 +387,7 @@ class Coordinator:
             )
 
     # ---------------------------------------------------------------- rounds
-    def open_round(self) -> int:
+    def open_round(self) -> int | None:
         return self.driver.open_round()
 
     def close_round(self) -> RoundOutcome:

@@ -1,7 +1,9 @@
 """The round driver: the coordinator's only loop.
 
-Select clients among the live ones, publish their tasks, wait for updates until
-everyone answered or the deadline passed, then close: with quorum, aggregate
+Select clients among the live ones (a fixed number, or Poisson sampling: each
+live client independently with probability ``selection.rate``), publish their
+tasks, wait for updates until everyone answered or the deadline passed, then
+close: with quorum (under central DP: always), aggregate
 (:mod:`fedplat.server.aggregation`), evaluate, account contributions, checkpoint
 and write the round once (:class:`fedplat.server.recorder.Recorder`); without it,
 retry the round with a fresh selection (the round stays open in the store) up to
@@ -23,15 +25,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fedplat.server.accumulator import RowStack, RunningSum
+from fedplat.server.accumulator import (
+    Accumulator,
+    MaskedSum,
+    RowStack,
+    RunningSum,
+    SketchSum,
+)
 from fedplat.server.aggregation import StepResult, aggregate_round, needs_rows
 from fedplat.server.board import Assignment, RoundState, TaskBoard
 from fedplat.server.closing import RoundCloser
 from fedplat.server.context import RunContext
 from fedplat.server.intake import Intake
-from fedplat.server.registry import ClientRegistry
+from fedplat.server.registry import ClientRegistry, ClientState
+from fedplat.server.secagg_round import SecAggRound, settle_secagg
 
 from fedplat.compression import derive_seed
+from fedplat.privacy import PrivacyError, poisson_sample, secure_seed
+from fedplat.secagg import SecAggConfig, SecAggError
 
 log = logging.getLogger("fedplat.server")
 
@@ -69,6 +80,13 @@ class RoundDriver:
         self.closer = RoundCloser(parts, clock)
         self.attempt = 1
         self.phase = "starting"
+        # Poisson coins: secret under central DP (whoever knows the key knows who
+        # was sampled), else reproducible from the run's seed.
+        self._sampling_key = (
+            secure_seed()
+            if parts.plan.central is not None
+            else derive_seed(self.cfg.run.seed % (1 << 64), 0, "poisson")
+        )
 
     @property
     def finished(self) -> bool:
@@ -105,17 +123,29 @@ class RoundDriver:
             )
 
     # ---------------------------------------------------------------- open
-    def open_round(self) -> int:
-        """Select clients and publish their tasks; returns the round number."""
+    def open_round(self) -> int | None:
+        """Select clients and publish their tasks; returns the round number, or
+        None when the run ended instead (the privacy budget allows no more
+        rounds, or central DP cannot start)."""
         if self.finished:
             raise RuntimeError("run is finished")
         number = self.p.state.model_version + 1
+        if not self._budget_allows(number):
+            return None
         live = self.registry.live()
-        k = self.cfg.clients_this_round(len(live))
-        rng = random.Random(f"{self.cfg.run.seed}:{number}:{self.attempt}")
-        chosen = sorted(rng.sample(live, k), key=lambda c: c.seq) if k else []
-        if not chosen:
+        if not live:
             raise RuntimeError("no live clients to select")
+        try:
+            chosen = self._select(live, number)
+        except PrivacyError as exc:
+            self.closer.give_up(f"privacy: {exc}")
+            self.board.finish()
+            return None
+        if not chosen and self.cfg.selection.sampling == "fixed":
+            raise RuntimeError("no live clients to select")
+        secagg_config = self._secagg_config(chosen, number)
+        if secagg_config is None and self.p.plan.secure:
+            chosen = []  # too few for secure aggregation: the round releases noise
         assignments = {
             c.client_id: Assignment(
                 c.client_id,
@@ -134,7 +164,18 @@ class RoundDriver:
             bool(self.cfg.aggregator.pre),
             self.p.contribution is not None,
         )
-        acc = RowStack(len(chosen), d) if rows else RunningSum(d)
+        weighted = self.cfg.aggregator.is_weighted
+        acc: Accumulator
+        plan = self.p.plan
+        if plan.secure:
+            sk = plan.sketcher is not None
+            acc = MaskedSum(plan.sketch_size() if sk else d, sketch_space=sk)
+        elif rows:
+            acc = RowStack(len(chosen), d)
+        elif plan.sketcher is not None:
+            acc = SketchSum(self.p.plan.sketch_size(), weighted=weighted)
+        else:
+            acc = RunningSum(d, weighted=weighted)
         now = self.clock()
         deadline = now + self.cfg.deadlines.round_seconds
         state = RoundState(
@@ -147,6 +188,15 @@ class RoundDriver:
             acc,
             len(live),
         )
+        if secagg_config is not None:
+            s = self.cfg.privacy.secure_aggregation
+            assert s is not None
+            state.secagg = SecAggRound(
+                secagg_config,
+                {c.client_id: c.seq for c in chosen},
+                train_deadline=deadline,
+                phase_seconds=s.phase_seconds,
+            )
         self._mark_running()
         self.p.store.open_round(
             self.p.run_id,
@@ -167,6 +217,58 @@ class RoundDriver:
         log.info("round %d opened: %d clients selected", number, len(chosen))
         return number
 
+    def _select(self, live: list[ClientState], number: int) -> list[ClientState]:
+        """This attempt's clients, in enrolment order."""
+        sel = self.cfg.selection
+        if sel.sampling == "poisson":
+            assert sel.rate is not None
+            central = self.p.plan.central
+            if central is not None:
+                central.fix_population(self.registry.population())
+            by_seq = {c.seq: c for c in live}
+            seed = derive_seed(self._sampling_key, self.attempt, "poisson")
+            picked = poisson_sample(by_seq, sel.rate, seed=seed, round=number)
+            return [by_seq[s] for s in picked]
+        k = self.cfg.clients_this_round(len(live))
+        rng = random.Random(f"{self.cfg.run.seed}:{number}:{self.attempt}")
+        return sorted(rng.sample(live, k), key=lambda c: c.seq) if k else []
+
+    def _secagg_config(
+        self, chosen: list[ClientState], number: int
+    ) -> SecAggConfig | None:
+        """The round's secure-aggregation parameters (None: not used, or too few
+        clients for the protocol, which needs three)."""
+        if not self.p.plan.secure or not chosen:
+            return None
+        try:
+            return self.p.plan.secagg_config(len(chosen))
+        except SecAggError as exc:
+            self.p.recorder.event(
+                "secagg_skipped",
+                f"round {number}: {len(chosen)} clients sampled, too few for secure "
+                f"aggregation ({exc}); the round releases noise only",
+                level="warning",
+                round_number=number,
+            )
+            return None
+
+    def _budget_allows(self, number: int) -> bool:
+        """False (and the run completed, reason stored) when round ``number``'s
+        release would pass the privacy budget."""
+        plan = self.p.plan
+        ceiling = plan.ceiling
+        nxt = plan.preview() if ceiling is not None else None
+        if nxt is None or ceiling is None or nxt.epsilon <= ceiling:
+            return True
+        self.closer.budget_spent(
+            f"privacy budget reached: round {number} would bring epsilon to "
+            f"{nxt.epsilon:.4g}, above the maximum {ceiling:g} (delta "
+            f"{nxt.delta:g}); the run stops after round {number - 1}"
+        )
+        self.board.finished = True
+        self.board.finish()
+        return False
+
     def _mark_running(self) -> None:
         rec = self.p.state.record
         if rec.status in ("pending", "completed") or rec.started_at is None:
@@ -183,6 +285,13 @@ class RoundDriver:
     # ---------------------------------------------------------------- wait
     def round_done(self, r: RoundState) -> bool:
         now = self.clock()
+        if r.secagg is not None:
+            # Its phases have their own deadlines (SecAggRound).
+            with self.board.lock:
+                changed = r.secagg.tick(now)
+            if changed:
+                self.board.signal.notify()
+            return bool(r.secagg.finished)
         with self.board.lock:
             answered = len(r.answered)
             ok = sum(o.status == "succeeded" for o in r.outcomes.values())
@@ -202,7 +311,9 @@ class RoundDriver:
             return
         while not self.round_done(r) and not (stop is not None and stop.is_set()):
             gen = self.board.signal.gen
-            self.board.signal.wait(gen, max(0.01, min(0.5, r.deadline - self.clock())))
+            left = r.deadline - self.clock()
+            # Secure-aggregation phases run past the training deadline.
+            self.board.signal.wait(gen, 0.5 if r.secagg else max(0.01, min(0.5, left)))
 
     # ---------------------------------------------------------------- close
     def close_round(self) -> RoundOutcome:
@@ -219,9 +330,12 @@ class RoundDriver:
         return outcome
 
     def _close(self, r: RoundState) -> RoundOutcome:
+        if r.secagg is not None:
+            settle_secagg(r, self.p.plan, self.p.recorder)
         ok = [cid for cid, o in r.outcomes.items() if o.status == "succeeded"]
         quorum = self.cfg.selection.quorum
-        if len(ok) < quorum:
+        # Under central DP every round releases, whatever arrived (docs/privacy.md).
+        if self.p.plan.central is None and len(ok) < quorum:
             return self._fail(
                 r, f"quorum not reached: {len(ok)} updates, {quorum} needed"
             )
@@ -277,19 +391,27 @@ class RoundDriver:
         return RoundOutcome(r.number, False, len(r.assignments), ok, reason=reason)
 
     # ---------------------------------------------------------------- loop
+    def gather_clients(self, stop: threading.Event) -> bool:
+        """Wait for ``min_available`` live clients; False when stopped, or (the
+        run failed) when ``wait_for_clients_seconds`` passed without them."""
+        wait = self.cfg.deadlines.wait_for_clients_seconds
+        if self.wait_for_clients(stop, wait):
+            return True
+        if not stop.is_set():
+            self.closer.give_up(
+                f"fewer than {self.cfg.selection.min_available} clients live "
+                f"for {wait:.0f} s"
+            )
+            self.board.finish()
+        return False
+
     def run(self, stop: threading.Event) -> None:
         """Drive rounds until the run finishes or ``stop`` is set."""
-        wait = self.cfg.deadlines.wait_for_clients_seconds
         while not stop.is_set() and not self.finished:
-            if not self.wait_for_clients(stop, wait):
-                if not stop.is_set():
-                    self.closer.give_up(
-                        f"fewer than {self.cfg.selection.min_available} clients live "
-                        f"for {wait:.0f} s"
-                    )
-                    self.board.finish()
+            if not self.gather_clients(stop):
                 break
-            self.open_round()
+            if self.open_round() is None:
+                break
             self.wait_round(stop)
             if stop.is_set():
                 # Shutting down mid-round: it stays open in the store; a restart

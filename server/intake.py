@@ -21,6 +21,7 @@ gRPC servicer and the in-memory transport.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ from fedplat.transport.messages import (
     UploadAck,
     update_statement,
 )
-from fedplat.uplink.decode import PayloadSink, max_payload_bytes
+from fedplat.uplink.decode import PayloadSink, check_payload_size, max_payload_bytes
 from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import Layout, all_finite, count_nonfinite
 
@@ -60,6 +61,21 @@ class _Gate:
     cond: threading.Condition
     closed: bool = False
     inflight: int = 0
+
+
+def checked_norm(vec: torch.Tensor) -> float:
+    """The L2 norm of a finite ``[d]`` float32 update; InvalidArgument if it holds
+    NaN or Inf. One BLAS pass (a dot product) serves both checks: a NaN or Inf
+    makes it non-finite; only then (or on a float32 overflow of a huge but finite
+    row) does the exact elementwise check run."""
+    squared = float(torch.dot(vec, vec))
+    if math.isfinite(squared):
+        return math.sqrt(squared)
+    if not all_finite(vec):
+        raise InvalidArgument(
+            f"update holds {count_nonfinite(vec)} non-finite values (NaN or Inf)"
+        )
+    return float(torch.linalg.vector_norm(vec, dtype=torch.float64))
 
 
 class Intake:
@@ -182,20 +198,14 @@ class Intake:
                 r.number,
             )
         try:
-            row = r.accumulator.acquire(a.row)
-            sink = PayloadSink(
-                row,
-                header.total_bytes,
-                self.plan.decode,
-                seed=self.plan.seed,
-                round=r.number,
-            )
+            r.accumulator.check_upload()
+            check_payload_size(header.total_bytes, self.layout.numel)
         except PayloadError as exc:
             self._settle(r, a, "rejected", str(exc))
             raise self._refuse(
                 InvalidArgument(str(exc)), "update_rejected", client, r.number
             ) from None
-        return Upload(self, r, a, client, header, sink, row)
+        return Upload(self, r, a, client, header)
 
     def _check_header(
         self, client: ClientState, header: UpdateHeader, r: RoundState, a: Assignment
@@ -277,14 +287,28 @@ class Upload:
         a: Assignment,
         client: ClientState,
         header: UpdateHeader,
-        sink: PayloadSink,
-        row: torch.Tensor,
     ) -> None:
         self.intake, self.r, self.a, self.client = intake, r, a, client
-        self.header, self.sink, self.row = header, sink, row
+        self.header = header
         self._hash = hashlib.sha256()
         self.wire_bytes = 0  # every byte of the messages, set by the transport
         self._done = False
+        self.row: torch.Tensor | None = None
+        self.sink: PayloadSink | None = None
+
+    def start(self) -> None:
+        """Take the row the body is decoded into (after the transport admitted
+        the upload among its concurrent ones: a row is model-sized)."""
+        self.row = self.r.accumulator.acquire(self.a.row)
+        plan = self.intake.plan
+        self.sink = PayloadSink(
+            self.row,
+            self.header.total_bytes,
+            plan.decoder(self.r.accumulator.sketch_space),
+            seed=plan.seed,
+            round=self.r.number,
+            d=self.intake.layout.numel,
+        )
 
     def write(self, data: memoryview | bytes) -> None:
         g = self.intake.gate(self.r)
@@ -292,6 +316,7 @@ class Upload:
             if g.closed:
                 raise StaleUpdate(f"round {self.r.number} closed during the upload")
             g.inflight += 1
+        assert self.sink is not None, "start() first"
         try:
             self._hash.update(data)
             self.sink.write(data)
@@ -305,27 +330,28 @@ class Upload:
     def finish(self) -> UploadAck:
         """Check and accept the update (or raise with the reason)."""
         h, r, a = self.header, self.r, self.a
+        assert self.sink is not None, "start() first"
         if self._hash.hexdigest() != h.sha256:
             raise InvalidArgument("update checksum mismatch (corrupted or truncated)")
         try:
             vec = self.sink.finish()
         except PayloadError as exc:
             raise InvalidArgument(f"bad payload: {exc}") from None
-        if not all_finite(vec):
-            raise InvalidArgument(
-                f"update holds {count_nonfinite(vec)} non-finite values (NaN or Inf)"
-            )
-        norm = float(torch.linalg.vector_norm(vec, dtype=torch.float64))
+        norm = checked_norm(vec)
         limit = self.intake.cfg.server.max_update_norm
         if norm > limit:
             raise InvalidArgument(
                 f"update norm {norm:.3g} exceeds the plausible maximum {limit:.3g}"
             )
         clipped = self.intake.plan.clip_row(vec, norm)
-        weight = self.intake.registry.weight(self.client, h.num_examples)
         intake = self.intake
+        # The averaging weight: the capped example count for a weighted rule,
+        # 1 otherwise (robust rules, central DP's unweighted mean).
+        examples = intake.registry.weight(self.client, h.num_examples)
+        weight = examples if intake.cfg.aggregator.is_weighted else 1
+        g = intake.gate(r)
         with intake.board.lock:
-            if intake.board.round is not r:
+            if intake.board.round is not r or g.closed:
                 raise StaleUpdate(
                     f"round {r.number} closed while the update was decoded"
                 )
@@ -333,18 +359,27 @@ class Upload:
                 raise DuplicateUpdate(
                     f"an update for round {r.number} was already received"
                 )
+            r.answered.add(a.client_id)  # reserved: nobody else commits this row
+            g.inflight += 1  # closing the round waits for this commit
+        try:
+            # Outside the board's lock: adding a large row takes milliseconds,
+            # and the event loop takes that lock on every poll.
             r.accumulator.commit(Accepted(a.client_id, a.row, float(weight)), vec)
+        finally:
+            with g.cond:
+                g.inflight -= 1
+                g.cond.notify_all()
+        with intake.board.lock:
             o = r.outcomes[a.client_id]
             now = intake.clock()
             o.status = "succeeded"
             o.bytes_up += self.wire_bytes
             o.num_examples = h.num_examples
-            o.weight = float(weight)
+            o.weight = float(examples)
             o.duration_s = max(0.0, now - (o.downloaded_at or r.opened_at))
             o.train_loss = h.metrics.get("train_loss")
             o.metrics = dict(h.metrics)
             o.clipped = clipped
-            r.answered.add(a.client_id)
             self._done = True
         intake.board.signal.notify()
         return UploadAck(True, f"update for round {r.number} accepted", self.wire_bytes)
@@ -354,18 +389,21 @@ class Upload:
         signed by its key) unless the round moved on."""
         if self._done:
             return
-        self.r.accumulator.release(self.a.row, self.row)
+        if self.row is not None:
+            self.r.accumulator.release(self.a.row, self.row)
         status = "late" if isinstance(exc, StaleUpdate) else "rejected"
         if not isinstance(exc, DuplicateUpdate):
             self.intake._settle(self.r, self.a, status, exc.reason, self.wire_bytes)
-        self.intake._reject(
-            Rejection(
-                "update_rejected",
-                exc.reason,
-                self.client.client_id,
-                {"round": self.r.number},
+        if not exc.recorded:
+            self.intake._reject(
+                Rejection(
+                    "update_rejected",
+                    exc.reason,
+                    self.client.client_id,
+                    {"round": self.r.number},
+                )
             )
-        )
+            exc.recorded = True
 
 
 __all__ = ["Intake", "Upload"]

@@ -425,6 +425,11 @@ class ClientRegistry:
             ]
         return sorted(alive, key=lambda c: c.seq)
 
+    def population(self) -> int:
+        """Enrolled clients that are not revoked (live or not)."""
+        with self._lock:
+            return sum(not c.revoked for c in self._clients.values())
+
     def weight(self, c: ClientState, declared: int) -> int:
         """The aggregation weight a client's declared example count earns."""
         cap = self.cfg.aggregator.max_examples_per_client

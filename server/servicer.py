@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -35,7 +37,7 @@ from fedplat.transport.errors import (
     Unauthenticated,
 )
 from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
-from fedplat.transport.messages import Task
+from fedplat.transport.messages import SecAggReplyKind, Task
 from fedplat.transport.status import status_of
 
 log = logging.getLogger("fedplat.server.grpc")
@@ -108,9 +110,16 @@ class CoordinatorServicer:
                     cid if isinstance(cid, str) and len(cid) <= 64 else None,
                 )
             await context.abort(status_of(exc), exc.reason)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except grpc.aio.AbortError:
             raise
-        except Exception:
+        except BaseException:
+            if context.cancelled() or context.done():
+                # The caller went away (closed its channel, timed out) while we
+                # were answering: nothing to report to it, nothing went wrong here.
+                log.info("%s: the client cancelled the call", rpc)
+                raise asyncio.CancelledError from None
+            if not isinstance(sys.exc_info()[1], Exception):
+                raise
             # A bug must not take the coordinator down; the client sees INTERNAL.
             log.exception("%s failed", rpc)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
@@ -158,14 +167,13 @@ class CoordinatorServicer:
         board = self.coord.board
         end = time.monotonic() + wait
         while True:
-            gen = board.signal.gen
+            woken = board.waiters.register(c.client_id)
             task = self.coord.task_for(c)
-            if task is not None:
-                return task
             left = end - time.monotonic()
-            if left <= 0:
-                return self.coord.wait_task()
-            await board.signal.wait_async(gen, min(left, 5.0))
+            if task is not None or left <= 0:
+                board.waiters.discard(c.client_id, woken)
+                return task if task is not None else self.coord.wait_task()
+            await board.waiters.wait(c.client_id, woken, min(left, 5.0))
             self.coord.registry.touch(c)
 
     async def ReportMetrics(
@@ -182,6 +190,24 @@ class CoordinatorServicer:
             return pb.MetricsAck(accepted=True)
 
         return await self._guard("ReportMetrics", context, run)
+
+    async def SecAgg(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> pb.SecAggReply:
+            req = serde.secagg_request_from_proto(self._parsed(request, "SecAgg"))
+            c = self._auth(context)
+            wait = min(req.wait_seconds, self.long_poll)
+            end = time.monotonic() + wait
+            board = self.coord.board
+            while True:
+                gen = board.signal.gen
+                reply = await asyncio.to_thread(self.coord.secagg_step, c, req)
+                left = end - time.monotonic()
+                if reply.kind is not SecAggReplyKind.WAIT or left <= 0:
+                    return serde.secagg_reply_to_proto(reply)
+                req = replace(req, message=b"", signature=b"")
+                await board.signal.wait_async(gen, min(left, 5.0))
+
+        return await self._guard("SecAgg", context, run)
 
     # ---------------------------------------------------------------- download
     async def DownloadModel(
@@ -246,6 +272,7 @@ class CoordinatorServicer:
         up.wire_bytes = first.ByteSize() + GRPC_FRAME_BYTES
         try:
             async with self._uploads:
+                up.start()
                 while True:
                     part = self._parsed(await self._next(it, deadline), "UploadUpdate")
                     if part is None:
@@ -293,6 +320,9 @@ class CoordinatorServicer:
                 ),
                 "ReportMetrics": grpc.unary_unary_rpc_method_handler(
                     self.ReportMetrics, parse(pb.MetricsReport), out
+                ),
+                "SecAgg": grpc.unary_unary_rpc_method_handler(
+                    self.SecAgg, parse(pb.SecAggRequest), out
                 ),
             },
         )

@@ -40,6 +40,76 @@ def test_every_package_is_listed_in_pyproject() -> None:
     assert _declared_packages() - found == set(), "pyproject lists missing packages"
 
 
+# -- import boundaries ------------------------------------------------------------
+#
+# Checked on the source, transitively: a module's imports (module-level or inside
+# functions: a lazy import is still a dependency), the imports of every fedplat
+# module those reach, and the ``__init__`` of every package on the way (importing
+# ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``).
+
+#: fedplat.* module name -> source file, over the mapped component folders.
+MODULES: dict[str, Path] = {}
+for _top in ["fedplat", *MAPPED]:
+    for _f in (REPO / _top).rglob("*.py"):
+        _pkg = _package_of(_f) if _f.name == "__init__.py" else None
+        MODULES[_pkg or f"{_package_of(_f)}.{_f.stem}"] = _f
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Absolute names of what ``path`` (module ``module``) imports, relative
+    imports resolved; ``from a import b`` also yields ``a.b`` (b may be a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                head = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{head}.{base}" if base else head
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def import_closure(modules: list[str]) -> dict[str, str]:
+    """Every module reachable from ``modules`` -> the fedplat module that imports
+    it first (for the failure message)."""
+    seen: dict[str, str] = {}
+    todo = [(m, m) for m in modules]
+    while todo:
+        name, via = todo.pop()
+        for full in _with_parents(name):
+            if full in seen:
+                continue
+            seen[full] = via
+            if full in MODULES:
+                todo.extend((i, full) for i in _imports(MODULES[full], full))
+    return seen
+
+
+def _modules_under(rel: str) -> list[str]:
+    root = REPO / rel
+    return [m for m, f in MODULES.items() if f == root or root in f.parents]
+
+
+def _violations(rel: str, forbidden: tuple[str, ...]) -> list[str]:
+    reached = import_closure(_modules_under(rel))
+    return sorted(
+        f"{mod} (imported by {via})"
+        for mod, via in reached.items()
+        if any(mod == b or mod.startswith(b + ".") for b in forbidden)
+    )
+
+
 ALGORITHM_PACKAGES = [
     "aggregators",
     "fedplat/compression",
@@ -47,40 +117,80 @@ ALGORITHM_PACKAGES = [
     "fedplat/secagg",
     "fedplat/contribution",
     "fedplat/gossip/mixing",
+    "fedplat/gossip/topology.py",
     "fedplat/vectors.py",
     "fedplat/metrics.py",
 ]
-FORBIDDEN = (
+#: What algorithm code never reaches: the wire (transport, protobuf, gRPC), the
+#: store, the UI, the coordinator and the SDK, and pickle.
+ALGORITHM_FORBIDDEN = (
     "grpc",
+    "google.protobuf",
     "fedplat.proto",
+    "fedplat.transport",
     "sqlalchemy",
-    "streamlit",
-    "fedplat.store",
     "alembic",
+    "fedplat.store",
+    "streamlit",
+    "fedplat.ui",
+    "fedplat.server",
+    "fedplat.client",
     "pickle",
 )
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-    return out
+#: What the SDK an edge app embeds never reaches: server-side rules and attacks,
+#: the evaluation-only reference clients, the coordinator, the store and the UI.
+SDK_FORBIDDEN = (
+    "fedplat.aggregators",
+    "fedplat.reference",
+    "fedplat.server",
+    "fedplat.store",
+    "sqlalchemy",
+    "alembic",
+    "fedplat.ui",
+    "streamlit",
+)
 
 
 @pytest.mark.parametrize("pkg", ALGORITHM_PACKAGES)
 def test_algorithm_packages_stay_pure(pkg: str) -> None:
-    root = REPO / pkg
-    files = [root] if root.suffix == ".py" else list(root.rglob("*.py"))
-    for f in files:
-        for mod in _imports(f):
-            assert not any(mod == b or mod.startswith(b + ".") for b in FORBIDDEN), (
-                f"{f.relative_to(REPO)} imports {mod}"
-            )
+    assert _modules_under(pkg), f"{pkg} has no modules"
+    assert _violations(pkg, ALGORITHM_FORBIDDEN) == []
+
+
+def test_sdk_imports_no_server_side_code() -> None:
+    assert "fedplat.client.client" in _modules_under("client")
+    assert _violations("client", SDK_FORBIDDEN) == []
+
+
+def test_the_boundary_check_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
+    mod = tmp_path / "mod.py"
+    mod.write_text(
+        "from . import sibling\nfrom ..store import records\n"
+        "def f():\n    import grpc\n"
+    )
+    assert _imports(mod, "fedplat.pkg.mod") >= {
+        "fedplat.pkg.sibling",
+        "fedplat.store.records",
+        "grpc",
+    }
+    reached = import_closure(["fedplat.uplink.client"])
+    assert "fedplat.uplink" in reached and "fedplat.compression" in reached
+
+
+def test_no_test_module_imports_another() -> None:
+    """Tests share code through ``tests/support`` (and plug-in apps in
+    ``tests/apps``), never by importing a test module or a conftest."""
+    tests = REPO / "tests"
+    bad = []
+    for f in tests.rglob("*.py"):
+        rel = f.relative_to(REPO).with_suffix("")
+        for mod in _imports(f, ".".join(rel.parts)):
+            leaf = mod.rpartition(".")[2]
+            if leaf == "conftest" or (
+                mod.startswith("tests.") and leaf.startswith("test_")
+            ):
+                bad.append(f"{rel}: {mod}")
+    assert bad == []
 
 
 def test_nothing_unpickles() -> None:

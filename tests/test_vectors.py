@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from fedplat.vectors import (
     Layout,
     LayoutError,
     TensorSpec,
+    all_finite,
     check_finite,
     flatten,
     layout_of,
@@ -107,3 +110,18 @@ def test_roundtrip_property(shapes: list[list[int]]) -> None:
     for k, t in sd.items():
         assert torch.equal(back[k], t)
     assert Layout.from_dict(layout.to_dict()) == layout
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_all_finite_matches_isfinite(dtype: torch.dtype) -> None:
+    big = torch.finfo(dtype).max
+    v = torch.full((1000,), big, dtype=dtype)  # finite, but its float32 sum is not
+    assert all_finite(v)
+    for bad in (math.inf, -math.inf, math.nan):
+        w = v.clone()
+        w[123] = bad
+        assert not all_finite(w)
+    w = v.clone()
+    w[0], w[1] = math.inf, -math.inf  # would cancel to nan, still caught
+    assert not all_finite(w)
+    assert all_finite(torch.zeros(0, dtype=dtype))

@@ -31,6 +31,8 @@ from fedplat.store import (
     RunRecord,
     Store,
     StoreError,
+    current_revision,
+    head_revision,
 )
 from fedplat.store.engine import make_engine
 
@@ -94,8 +96,9 @@ def store_or_stop() -> str:
     """Check the configured store is readable and return its URL.
 
     Stops the page with a message saying what is wrong otherwise: no URL given,
-    a SQLite file that does not exist (opening it would create an empty one), or
-    a database the coordinator never migrated.
+    a SQLite file that does not exist (opening it would create an empty one), a
+    database the coordinator never migrated, or one at another schema revision
+    than this monitor reads (its queries name every column of the head schema).
     """
     url = database_url()
     if url is None:
@@ -126,6 +129,15 @@ def store_or_stop() -> str:
         st.warning(
             f"The database at `{display_url(url)}` has no fedplat tables yet. "
             "They are created when a coordinator first starts on it."
+        )
+        st.stop()
+    at, want = current_revision(open_engine(url)), head_revision()
+    if at != want:
+        st.warning(
+            f"The database at `{display_url(url)}` is at schema revision `{at}`; "
+            f"this monitor reads revision `{want}`. A coordinator of this fedplat "
+            "version upgrades it when it opens it (`fedplat.store.migrate`); the "
+            "monitor never changes the schema."
         )
         st.stop()
     return url

@@ -35,10 +35,11 @@ from fedplat.store import (
 # Metric names written by other components (see their modules); the monitor only
 # reads them, so they are spelled out once here.
 METRIC_EPSILON = "privacy.epsilon"
+#: Recorded instead of ``privacy.epsilon`` in a round whose ε the accountant could
+#: not bound (the store keeps finite numbers only): shown as "unbounded".
+METRIC_EPSILON_UNBOUNDED = "privacy.epsilon_unbounded"
+METRIC_MAX_EPSILON = "privacy.max_epsilon"
 METRIC_COMPRESSION = "compression.ratio"
-#: The store rejects infinities, so privacy accounting records an unbounded ε as
-#: 1e308; anything this large is shown as "unbounded" rather than plotted.
-EPSILON_UNBOUNDED = 1e300
 METRIC_SCORE = "contribution.score"
 METRIC_REWARD = "contribution.reward_share"
 
@@ -47,20 +48,22 @@ METRIC_REWARD = "contribution.reward_share"
 # --------------------------------------------------------------------------- #
 
 #: What happened to a selected client in a round, from its participation status.
-#: ``late`` and ``dropped`` are both stragglers: the round went on without them.
+#: Participations are written when the round closes, so a client still
+#: ``selected`` or ``downloaded`` then never delivered an update; like ``late``
+#: and ``dropped`` it is a straggler: the round went on without it.
 OUTCOME_OF_STATUS: dict[str, str] = {
     "succeeded": "succeeded",
     "rejected": "rejected",
     "late": "straggler",
     "dropped": "straggler",
     "failed": "failed",
-    "selected": "in progress",
-    "downloaded": "in progress",
+    "selected": "straggler",
+    "downloaded": "straggler",
 }
-OUTCOMES = ("succeeded", "straggler", "rejected", "failed", "in progress")
+OUTCOMES = ("succeeded", "straggler", "rejected", "failed")
 # Same colour for the same meaning in every chart: rejected is purple here and in
 # the verdict heat map, where red means "excluded by the aggregator".
-OUTCOME_COLORS = ("#2e7d32", "#90a4ae", "#6a1b9a", "#424242", "#64b5f6")
+OUTCOME_COLORS = ("#2e7d32", "#90a4ae", "#6a1b9a", "#424242")
 
 #: The aggregator's verdict on one client in one round (the heat map's colours).
 VERDICTS = (
@@ -72,7 +75,6 @@ VERDICTS = (
     "rejected",
     "straggler",
     "failed",
-    "in progress",
 )
 VERDICT_COLORS = (
     "#2e7d32",
@@ -83,7 +85,6 @@ VERDICT_COLORS = (
     "#6a1b9a",
     "#90a4ae",
     "#424242",
-    "#64b5f6",
 )
 
 
@@ -95,8 +96,8 @@ def verdict(
     A succeeded update carries the aggregator's typed verdict (``selected``,
     ``score``, ``flags``) and, when contribution accounting ran, a contribution
     row (``suspect``, ``flags``); an update without a verdict was received but
-    never aggregated (the round failed, or it is still open). Other statuses say
-    why there was no update to judge. "suspect" (free-riding or an outlier score)
+    never aggregated (its round failed). Other statuses say why there was no
+    update to judge. "suspect" (free-riding or an outlier score)
     outranks the aggregator's verdicts, which robust rules also give honest
     clients with unusual data.
     """
@@ -196,15 +197,16 @@ RUN_COLUMNS = [
 def runs_frame(store: Store) -> pd.DataFrame:
     """One row per run, newest first (see ``RUN_COLUMNS``).
 
-    ``participants`` is "succeeded/selected" in the latest round (an open round
-    counts its updates so far), ``last_activity`` the time of the newest event.
+    ``participants`` is "succeeded/selected" in the latest closed round (an open
+    round's updates are recorded when it closes), ``last_activity`` the time of
+    the newest event.
     """
     rows = []
     for run in store.list_runs():
-        rounds = store.list_rounds(run.id)
+        closed = [r for r in store.list_rounds(run.id) if r.status != "open"]
         participants = "-"
-        if rounds:
-            last = rounds[-1]
+        if closed:
+            last = closed[-1]
             parts = store.list_participations(run.id, round_number=last.number)
             ok = sum(p.status == "succeeded" for p in parts)
             participants = f"{ok}/{last.num_selected}"
@@ -257,10 +259,12 @@ def rounds_frame(
 ) -> pd.DataFrame:
     """One row per round, with counts and bytes taken from its participations.
 
-    The round row is only totalled when the round closes, and the coordinator may
-    record a last accepted update just after that, so the participations, which
-    the charts draw, are the source of truth; the row's totals are used only for
-    a round without any (pruned, or from an older store).
+    A round's participations and totals are written together when it closes, so
+    they agree; the participations, which the charts draw, are still preferred,
+    because a store written before schema 0003 could total a round before its
+    last accepted update was recorded. The row's totals stand for a round
+    without participations: an open one, of which nothing is recorded until it
+    closes.
     """
     live: dict[int, list[ParticipationRecord]] = {}
     for p in parts:
@@ -549,9 +553,10 @@ def failure_reason(run: RunRecord, events: Sequence[EventRecord]) -> str | None:
 
 __all__ = [
     "CLIENT_COLUMNS",
-    "EPSILON_UNBOUNDED",
     "METRIC_COMPRESSION",
     "METRIC_EPSILON",
+    "METRIC_EPSILON_UNBOUNDED",
+    "METRIC_MAX_EPSILON",
     "METRIC_REWARD",
     "METRIC_SCORE",
     "OUTCOMES",

@@ -251,7 +251,7 @@ def verify_ledger(store: Store, engine: Engine, run_id: str) -> LedgerCheck:
         )
     # Imported here, not at the top: fedplat.contribution's package imports torch
     # (~4 s, ~300 MB), which the monitor needs only once a ledger is on screen.
-    from fedplat.contribution.ledger import verify_run_ledger
+    from fedplat.contribution.ledger_verify import verify_run_ledger
 
     try:
         report = verify_run_ledger(store, run_id)

@@ -1,7 +1,7 @@
 """The ``fedplat`` command.
 
 Subcommands: ``coordinator`` (serve a run), ``client`` (a reference client),
-``sim`` (in-process simulation), ``demo``, ``monitor`` (the web monitor),
+``sim`` (simulation in process or on Ray), ``demo``, ``monitor`` (the web monitor),
 ``ledger`` (verify or export a contribution ledger), ``gossip`` (peer-to-peer
 learning), ``certs`` (a CA for TLS), ``tokens``, ``clients`` and ``store check``
 (operator commands on a store), ``export`` (a run's model as a file) and
@@ -25,10 +25,11 @@ from fedplat.cli import (
     listing,
     monitor,
     run,
+    sim,
 )
 from fedplat.cli.common import CliError, setup_logging, user_errors
 
-_COMMANDS = (run, demo, monitor, ledger, gossip, certs, admin, export, listing)
+_COMMANDS = (run, sim, demo, monitor, ledger, gossip, certs, admin, export, listing)
 DESCRIPTION = (
     "fedplat: federated learning with a gRPC coordinator, a client SDK, "
     "in-process simulation, a web monitor of runs, a tamper-evident contribution "

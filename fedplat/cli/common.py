@@ -76,6 +76,15 @@ def partition_arg(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
+def add_partition_arg(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--partition",
+        type=partition_arg,
+        default=("iid", {}),
+        help=f"how the dataset is split over clients: {PARTITION_HELP}",
+    )
+
+
 APP_DIR_HELP = (
     "folder to import the run's plug-ins from (model.factory, data.eval, metrics "
     "given as 'package.module:fn'); the working directory is always importable"

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedplat.cli.common import CliError, json_arg
+from fedplat.cli.common import CliError
+from fedplat.cli.gossip_flags import security_flags, timing_flags, training_flags
 
 
 def _gossip_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -299,134 +300,6 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
     return 1 if res.crashed else 0
 
 
-def _timing_flags(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--heartbeat", type=float, default=0.5, help="seconds")
-    sp.add_argument(
-        "--dead-after",
-        type=float,
-        default=3.0,
-        help="silence (s) after which a neighbour counts as dead",
-    )
-    sp.add_argument(
-        "--round-timeout",
-        type=float,
-        default=10.0,
-        help="max seconds to wait for neighbours' models",
-    )
-    sp.add_argument(
-        "--linger",
-        type=float,
-        default=5.0,
-        help="keep serving this long after the last round",
-    )
-    sp.add_argument(
-        "--min-round-s",
-        type=float,
-        default=0.0,
-        help="pace: each round lasts at least this long",
-    )
-
-
-def _security_flags(n: argparse.ArgumentParser) -> None:
-    sec = n.add_argument_group(
-        "security",
-        "peers talk mutual TLS with certificates from one CA (`fedplat certs ca` "
-        "and `fedplat certs peer`), admit only the members of --membership, and "
-        "sign every message with the Ed25519 key in --state-dir (see `fedplat "
-        "gossip identity`)",
-    )
-    sec.add_argument(
-        "--membership",
-        required=True,
-        help="membership file: id, public key (and certificate fingerprint, "
-        "address) of every peer and observer",
-    )
-    sec.add_argument(
-        "--state-dir",
-        help="folder of this peer's identity key (default .fedplat/peers/ID)",
-    )
-    sec.add_argument("--ca", help="CA certificate (PEM) of the deployment")
-    sec.add_argument("--cert", help="this peer's certificate (`fedplat certs peer`)")
-    sec.add_argument("--key", help="this peer's certificate key")
-    sec.add_argument(
-        "--insecure",
-        action="store_true",
-        help="plaintext, no TLS (signatures still checked); test hosts only",
-    )
-    sec.add_argument(
-        "--max-clock-skew",
-        type=float,
-        default=120.0,
-        help="seconds a signed message's timestamp may differ from this clock",
-    )
-    lim = n.add_argument_group("limits")
-    lim.add_argument(
-        "--max-model-mb",
-        type=float,
-        default=64.0,
-        help="largest model (MiB) accepted from a peer (the layout's own bound "
-        "applies below it)",
-    )
-    lim.add_argument(
-        "--stream-idle",
-        type=float,
-        default=10.0,
-        help="cut a model stream silent for this many seconds",
-    )
-    lim.add_argument(
-        "--stream-deadline",
-        type=float,
-        default=60.0,
-        help="cut a model stream lasting longer than this many seconds",
-    )
-    lim.add_argument(
-        "--max-calls-per-peer", type=int, default=8, help="calls in flight per caller"
-    )
-    lim.add_argument("--max-calls", type=int, default=128, help="calls in flight")
-
-
-def _training_flags(n: argparse.ArgumentParser) -> None:
-    t = n.add_argument_group("data and training (without --scenario)")
-    t.add_argument("--dataset", default="digits", help="bundled dataset to train on")
-    t.add_argument(
-        "--partition",
-        default="iid",
-        choices=("iid", "dirichlet", "shards", "label_sorted"),
-        help="how the dataset is split over the peers",
-    )
-    t.add_argument("--num-nodes", type=int, default=8, help="number of data shares")
-    t.add_argument(
-        "--partition-id", type=int, help="this peer's share (default: --id as a number)"
-    )
-    t.add_argument("--model", default="mlp", help="registered model")
-    t.add_argument(
-        "--model-params",
-        type=json_arg,
-        default={"hidden": [32]},
-        help="model keyword arguments as a JSON object",
-    )
-    t.add_argument("--rounds", type=int, default=20, help="gossip rounds")
-    t.add_argument(
-        "--rule",
-        default="metropolis_hastings",
-        help="mixing rule: metropolis_hastings, decavg, uniform, push_sum or noloco "
-        "(fedplat.gossip.mixing.MIXING_RULES)",
-    )
-    t.add_argument("--lr", type=float, default=0.1, help="local learning rate")
-    t.add_argument("--epochs", type=int, default=1, help="local epochs per round")
-    t.add_argument("--batch-size", type=int, default=16, help="local batch size")
-    t.add_argument(
-        "--compressor", default="identity", help="compressor of exchanged models"
-    )
-    t.add_argument(
-        "--compressor-params",
-        type=json_arg,
-        default={},
-        help="compressor parameters as a JSON object",
-    )
-    t.add_argument("--seed", type=int, default=0, help="data split and model seed")
-
-
 def _node_parser(gsub: Any) -> None:
     n = gsub.add_parser(
         "node",
@@ -460,9 +333,9 @@ def _node_parser(gsub: Any) -> None:
         help="seconds to wait for the seed peers before starting anyway",
     )
     n.add_argument("--threads", type=int, default=1, help="torch threads")
-    _timing_flags(n)
-    _security_flags(n)
-    _training_flags(n)
+    timing_flags(n)
+    security_flags(n)
+    training_flags(n)
     n.set_defaults(func=cmd_gossip_node)
 
 
@@ -517,5 +390,5 @@ def register(sub: Any) -> None:
         action="store_true",
         help="plaintext peers, no TLS (signatures still checked); test hosts only",
     )
-    _timing_flags(r)
+    timing_flags(r)
     r.set_defaults(func=cmd_gossip_run)

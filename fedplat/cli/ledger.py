@@ -30,7 +30,7 @@ def _open_ledger(args: argparse.Namespace) -> tuple[Any, Any] | None:
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Check a run's contribution ledger; exit 1 and name each bad entry."""
-    from fedplat.contribution.ledger import verify_run_ledger
+    from fedplat.contribution.ledger_verify import verify_run_ledger
     from fedplat.security.keys import KeyFileError, load_public_key
 
     try:
@@ -64,7 +64,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 def cmd_ledger_export(args: argparse.Namespace) -> int:
     """Write a run's ledger as CSV or JSON (JSON includes a verification)."""
-    from fedplat.contribution.ledger import export_ledger, verify_ledger
+    from fedplat.contribution.ledger_export import export_ledger
+    from fedplat.contribution.ledger_verify import verify_ledger
 
     opened = _open_ledger(args)
     if opened is None:

@@ -1,9 +1,8 @@
-"""``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
+"""``fedplat coordinator`` and ``fedplat client``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -13,11 +12,10 @@ from typing import Any
 
 from fedplat.cli.common import (
     APP_DIR_HELP,
-    PARTITION_HELP,
     CliError,
     add_import_paths,
+    add_partition_arg,
     json_arg,
-    partition_arg,
 )
 from fedplat.transport.errors import FedplatError
 
@@ -34,9 +32,19 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         overrides.setdefault("server", {})["address"] = args.address
     if args.db:
         overrides["store"] = {"url": args.db}
+    upstream = _upstream(args)
     cfg = load_config(args.config, overrides=overrides)
+    setup = None
+    if upstream is not None:
+        from fedplat.server.upstream import attach_upstream, check_edge_config
+
+        check_edge_config(cfg)
+
+        def setup(srv: Any) -> None:
+            attach_upstream(srv.coord, upstream)
+
     try:
-        return serve(cfg)
+        return serve(cfg, setup=setup)
     except OSError as exc:  # store, checkpoint and config errors: see main()
         raise CliError(str(exc)) from None
 
@@ -114,20 +122,33 @@ def _read(path: str | None, what: str) -> bytes | None:
 
 
 def _client_credentials(
-    args: argparse.Namespace,
+    args: argparse.Namespace, prefix: str = ""
 ) -> tuple[bytes | None, bytes | None, bytes | None, str | None]:
-    """CA, client key and certificate (mTLS), enrolment token."""
-    if args.insecure and (args.root_cert or args.cert):
-        raise CliError("--insecure cannot be combined with --root-cert or --cert")
-    if bool(args.cert) != bool(args.key):
-        raise CliError("--cert and --key go together (mutual TLS)")
-    token = args.token or os.environ.get("FEDPLAT_ENROLMENT_TOKEN")
-    if args.token_file:
-        raw = _read(args.token_file, "token file") or b""
+    """CA, client key and certificate (mTLS), enrolment token from the flags
+    ``--[PREFIX-]insecure``, ``root-cert``, ``cert``, ``key``, ``token(-file)``."""
+
+    def arg(name: str) -> Any:
+        return getattr(args, prefix + name, None)
+
+    def flag(name: str) -> str:
+        return "--" + (prefix + name).replace("_", "-")
+
+    if arg("insecure") and (arg("root_cert") or arg("cert")):
+        raise CliError(
+            f"{flag('insecure')} cannot be combined with {flag('root_cert')} "
+            f"or {flag('cert')}"
+        )
+    if bool(arg("cert")) != bool(arg("key")):
+        raise CliError(f"{flag('cert')} and {flag('key')} go together (mutual TLS)")
+    token = arg("token") or (
+        os.environ.get("FEDPLAT_ENROLMENT_TOKEN") if not prefix else None
+    )
+    if arg("token_file"):
+        raw = _read(arg("token_file"), "token file") or b""
         token = raw.decode("utf-8", "replace").strip()
-    root = _read(args.root_cert, "CA file")
-    key = _read(args.key, "key file")
-    chain = _read(args.cert, "certificate file")
+    root = _read(arg("root_cert"), "CA file")
+    key = _read(arg("key"), "key file")
+    chain = _read(arg("cert"), "certificate file")
     # gRPC reports unusable PEM files only as a connection that never comes up.
     from fedplat.security.certs import CertError, check_key_pair, load_certificates
 
@@ -135,104 +156,95 @@ def _client_credentials(
         if root is not None:
             load_certificates(root)
     except CertError as exc:
-        raise CliError(f"--root-cert {args.root_cert}: {exc}") from None
+        raise CliError(f"{flag('root_cert')} {arg('root_cert')}: {exc}") from None
     try:
         if chain is not None and key is not None:
             check_key_pair(chain, key)
     except CertError as exc:
-        raise CliError(f"--cert {args.cert} / --key {args.key}: {exc}") from None
+        raise CliError(
+            f"{flag('cert')} {arg('cert')} / {flag('key')} {arg('key')}: {exc}"
+        ) from None
     return root, key, chain, token or None
 
 
-def cmd_sim(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def _upstream(args: argparse.Namespace) -> Any:
+    """The edge's settings from ``--upstream*`` (None without ``--upstream``)."""
+    from fedplat.server.upstream import UpstreamSettings
 
-    from fedplat.client import Client
-    from fedplat.reference.clients import ReferenceSpec, reference_parts
-    from fedplat.server.config import load_config
-    from fedplat.server.evaluation import build_model
-    from fedplat.sim import simulate
-    from fedplat.store import Store
-
-    add_import_paths(args.app_dir)
-    cfg = load_config(args.config)
-    partition, pparams = args.partition
-    n = args.clients
-
-    def build(i: int, factory: Any) -> Client:
-        parts = reference_parts(
-            ReferenceSpec(
-                dataset=cfg.data.dataset,
-                model=cfg.model.name or "mlp",
-                model_params=cfg.model.params if cfg.model.name else {},
-                num_partitions=n,
-                partition_id=i,
-                partition=partition,
-                partition_params=pparams,
-                seed=cfg.run.seed,
-            )
+    given = [a for a in vars(args) if a.startswith("upstream_") and getattr(args, a)]
+    if not args.upstream:
+        if given:
+            raise CliError(f"--{given[0].replace('_', '-')} needs --upstream")
+        return None
+    if not args.upstream_state_dir:
+        raise CliError(
+            "--upstream needs --upstream-state-dir (the edge's identity at the root)"
         )
-        # A model.factory run: the reference client trains the app's model on the
-        # bundled dataset (its inputs must fit the model).
-        model = parts.model if cfg.model.factory is None else build_model(cfg)
-        return Client(
-            None,
-            model,
-            parts.train,
-            num_examples=parts.num_examples,
-            name=f"sim-{i}",
-            connection_factory=factory,
+    if not args.upstream_insecure and not args.upstream_root_cert:
+        raise CliError(
+            "--upstream needs --upstream-root-cert (the root's CA), or "
+            "--upstream-insecure for plaintext"
         )
-
-    # Opened before the progress bar, so a bad store is a clean one-line error.
-    store = Store(cfg.store.url)
-    bar = tqdm(
-        total=cfg.run.rounds,
-        desc=f"sim {cfg.run.name}",
-        unit="round",
-        disable=args.no_progress,
+    margin = 5.0 if args.upstream_margin is None else args.upstream_margin
+    if margin < 0:
+        raise CliError("--upstream-margin must be >= 0")
+    root, key, chain, token = _client_credentials(args, "upstream_")
+    return UpstreamSettings(
+        address=args.upstream,
+        state_dir=args.upstream_state_dir,
+        name=args.upstream_name or "edge",
+        insecure=args.upstream_insecure,
+        root_certificates=root,
+        private_key=key,
+        certificate_chain=chain,
+        enrolment_token=token,
+        margin_seconds=margin,
     )
 
-    def on_round(o: Any) -> None:
-        if o.completed:
-            bar.update(1)
-            if o.accuracy is not None:
-                bar.set_postfix(acc=f"{o.accuracy:.4f}")
 
-    try:
-        res = simulate(cfg, build, n, on_round=on_round, store=store)
-    finally:
-        bar.close()
-        store.close()
-    print(
-        json.dumps(
-            {
-                "run_id": res.run_id,
-                "rounds": len(res.rounds),
-                "final_accuracy": res.final_accuracy,
-                "store": cfg.store.url,
-            }
-        )
+def _add_upstream_args(c: argparse.ArgumentParser) -> None:
+    g = c.add_argument_group(
+        "edge of a root coordinator (hierarchical aggregation, docs/hierarchical.md)"
     )
-    return 0
-
-
-def _add_data_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument(
-        "--partition",
-        type=partition_arg,
-        default=("iid", {}),
-        help=f"how the dataset is split over clients: {PARTITION_HELP}",
+    g.add_argument(
+        "--upstream",
+        metavar="ADDR",
+        help="run as an edge: aggregate this run's clients and send one update "
+        "per task of the root coordinator at ADDR (HOST:PORT)",
+    )
+    g.add_argument(
+        "--upstream-token-file", help="file holding the edge's enrolment token"
+    )
+    g.add_argument("--upstream-root-cert", help="PEM file of the root's CA")
+    g.add_argument("--upstream-cert", help="the edge's certificate (mutual TLS)")
+    g.add_argument("--upstream-key", help="the edge's private key (mutual TLS)")
+    g.add_argument(
+        "--upstream-insecure",
+        action="store_true",
+        help="plaintext gRPC to the root (no TLS)",
+    )
+    g.add_argument(
+        "--upstream-state-dir",
+        help="folder keeping the edge's identity at the root across restarts",
+    )
+    g.add_argument("--upstream-name", help="the edge's client name at the root")
+    g.add_argument(
+        "--upstream-margin",
+        type=float,
+        default=None,
+        help="seconds before the root task's deadline at which the edge closes "
+        "its round to upload in time (default 5)",
     )
 
 
 def register(sub: Any) -> None:
-    """Add ``fedplat coordinator``, ``fedplat client`` and ``fedplat sim``."""
+    """Add ``fedplat coordinator`` and ``fedplat client``."""
     c = sub.add_parser("coordinator", help="serve a run defined by a config file")
     c.add_argument("--config", required=True, help="run file (.toml, .yaml)")
     c.add_argument("--address", help="override server.address (HOST:PORT)")
     c.add_argument("--db", help="override store.url (SQLite path or database URL)")
     c.add_argument("--app-dir", help=APP_DIR_HELP)
+    _add_upstream_args(c)
     c.set_defaults(func=cmd_coordinator)
 
     k = sub.add_parser(
@@ -259,7 +271,7 @@ def register(sub: Any) -> None:
         default={},
         help="model keyword arguments as a JSON object, e.g. '{\"hidden\": [64]}'",
     )
-    _add_data_args(k)
+    add_partition_arg(k)
     k.add_argument(
         "--num-partitions", type=int, default=10, help="clients the data is split over"
     )
@@ -294,13 +306,3 @@ def register(sub: Any) -> None:
         help="exit when the coordinator is unreachable this long (seconds)",
     )
     k.set_defaults(func=cmd_client)
-
-    s = sub.add_parser(
-        "sim", help="simulate N in-process clients through the round engine"
-    )
-    s.add_argument("--config", required=True, help="run file (.toml, .yaml)")
-    s.add_argument("--clients", type=int, default=10, help="in-process clients")
-    s.add_argument("--app-dir", help=APP_DIR_HELP)
-    _add_data_args(s)
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
-    s.set_defaults(func=cmd_sim)

@@ -19,7 +19,7 @@ The full recipe of the paper, re-implemented after reading the authors' code
    warm-up stage (an epoch in the paper), keyed by the ``warmup_step`` counter of
    the state in per-step mode and by the round number in federated mode. The
    reference's ``wm5`` default (``0.001 ** (1/6)`` powers) does not match the
-   paper's numbers; we use the paper's (ALGORITHMS.md Sec. 1).
+   paper's numbers; we use the paper's (Sec. 3.3).
 
 Tensors are sparsified one by one when a :class:`~fedplat.vectors.Layout` is
 given, and only those with more than one dimension (``train.py`` passes only

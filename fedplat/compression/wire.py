@@ -41,6 +41,15 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fedplat.compression.index_codec import (
+    MAX_VARINT_BYTES,
+    IndexCodecError,
+    check_sorted_in_range,
+    deltas,
+    varint_decode,
+    varint_encode,
+    varint_size,
+)
 from fedplat.vectors import check_finite
 
 __all__ = [
@@ -79,9 +88,6 @@ _METHOD_CODES: dict[str, int] = {v: k for k, v in _METHOD_NAMES.items()}
 
 _U64 = 1 << 64
 _U32 = 1 << 32
-# Longest accepted varint: 9 bytes carry 63 bits, so the decoded deltas never
-# overflow uint64 while being shifted into place.
-_MAX_VARINT_BYTES = 9
 # Sanity bound on the declared dimension (2^48 floats is far beyond any model here).
 MAX_D = 1 << 48
 
@@ -168,7 +174,10 @@ class Payload:
                 raise PayloadError(
                     f"sparse payload has {idx.numel()} indices for {v.numel()} values"
                 )
-            _check_sorted_in_range(idx.numpy(), self.d)
+            try:
+                check_sorted_in_range(idx.numpy(), self.d)
+            except IndexCodecError as exc:
+                raise PayloadError(str(exc)) from None
         else:
             if self.sketch is None or self.indices is not None:
                 raise PayloadError("sketch payload needs a SketchSpec and no indices")
@@ -188,7 +197,7 @@ class Payload:
         if self.kind != "sparse":
             return b""
         assert self.indices is not None
-        return _varint_encode(_deltas(self.indices.numpy()))
+        return varint_encode(deltas(self.indices.numpy()))
 
     @property
     def nbytes(self) -> int:
@@ -257,78 +266,6 @@ class Payload:
     def with_values(self, values: torch.Tensor) -> Payload:
         """Same payload with replaced values (e.g. cast to float16, noised)."""
         return replace(self, values=values)
-
-
-def _check_sorted_in_range(idx: np.ndarray, d: int) -> None:
-    if idx.size == 0:
-        return
-    if int(idx[0]) < 0 or int(idx[-1]) >= d:
-        raise PayloadError(f"sparse index out of range [0, {d})")
-    if idx.size > 1 and not bool((np.diff(idx) > 0).all()):
-        raise PayloadError("sparse indices must be strictly increasing")
-
-
-def _deltas(idx: np.ndarray) -> np.ndarray:
-    out = np.empty(idx.size, dtype=np.uint64)
-    if idx.size:
-        out[0] = idx[0]
-        out[1:] = np.diff(idx)
-    return out
-
-
-def _varint_lengths(values: np.ndarray) -> np.ndarray:
-    lengths = np.ones(values.size, dtype=np.int64)
-    for j in range(1, 10):
-        lengths += values >= np.uint64(1 << (7 * j))
-    return lengths
-
-
-def varint_size(indices: torch.Tensor) -> int:
-    """Bytes the delta+varint block takes for sorted ``indices`` ``[nnz]``."""
-    return int(_varint_lengths(_deltas(indices.numpy())).sum())
-
-
-def _varint_encode(values: np.ndarray) -> bytes:
-    """Unsigned LEB128 of each uint64, vectorised over byte positions (<= 10)."""
-    if values.size == 0:
-        return b""
-    lengths = _varint_lengths(values)
-    starts = np.cumsum(lengths) - lengths
-    out = np.zeros(int(lengths.sum()), dtype=np.uint8)
-    for j in range(int(lengths.max())):
-        live = lengths > j
-        chunk = (values[live] >> np.uint64(7 * j)) & np.uint64(0x7F)
-        more = (lengths[live] - 1 > j).astype(np.uint64) << np.uint64(7)
-        out[starts[live] + j] = (chunk | more).astype(np.uint8)
-    return out.tobytes()
-
-
-def _varint_decode(block: bytes | bytearray, n: int) -> np.ndarray:
-    """Exactly ``n`` canonical LEB128 varints filling ``block`` -> uint64 ``[n]``."""
-    b = np.frombuffer(block, dtype=np.uint8)
-    if n == 0:
-        if b.size:
-            raise PayloadError("index block must be empty when there are no values")
-        return np.zeros(0, dtype=np.uint64)
-    is_last = b < 0x80
-    if not bool(is_last[-1]):
-        raise PayloadError("index block is truncated (last varint unterminated)")
-    ends = np.flatnonzero(is_last)
-    if ends.size != n:
-        raise PayloadError(f"index block holds {ends.size} varints, header says {n}")
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if int(lengths.max()) > _MAX_VARINT_BYTES:
-        raise PayloadError("index varint longer than 9 bytes")
-    # Canonical form: a multi-byte varint may not end in a zero byte, so every
-    # index set has exactly one encoding and ``nbytes`` is unambiguous.
-    if bool(((lengths > 1) & (b[ends] == 0)).any()):
-        raise PayloadError("index varint is not minimally encoded")
-    pos = np.arange(b.size, dtype=np.int64) - np.repeat(starts, lengths)
-    parts = (b & 0x7F).astype(np.uint64) << (7 * pos).astype(np.uint64)
-    return np.add.reduceat(parts, starts)
 
 
 @dataclass(frozen=True)
@@ -402,7 +339,7 @@ def parse_header(
             raise PayloadError(f"sparse payload needs index codec 1, got {index_codec}")
         if n > d:
             raise PayloadError(f"sparse payload has {n} values for dimension {d}")
-        if not n <= index_nbytes <= _MAX_VARINT_BYTES * n:
+        if not n <= index_nbytes <= MAX_VARINT_BYTES * n:
             raise PayloadError(f"index block of {index_nbytes} bytes for {n} indices")
     elif index_codec != _INDEX_NONE or index_nbytes:
         raise PayloadError(f"{kind} payload must not carry an index block")
@@ -454,17 +391,20 @@ def _parse(
 
     indices: torch.Tensor | None = None
     if kind == "sparse":
-        deltas = _varint_decode(data[HEADER_SIZE + n * itemsize :], n)
-        if n and bool((deltas >= np.uint64(d)).any()):
+        try:
+            gaps = varint_decode(data[HEADER_SIZE + n * itemsize :], n)
+        except IndexCodecError as exc:
+            raise PayloadError(str(exc)) from None
+        if n and bool((gaps >= np.uint64(d)).any()):
             raise PayloadError(f"sparse index out of range [0, {d})")
-        if n > 1 and bool((deltas[1:] == 0).any()):
+        if n > 1 and bool((gaps[1:] == 0).any()):
             raise PayloadError(
                 "sparse indices must be strictly increasing "
                 "(zero delta: duplicate index)"
             )
         # Every delta < d <= 2^48, so a uint64 wrap in cumsum would show up as a
         # decrease; the range check on the last index catches everything else.
-        idx = np.cumsum(deltas, dtype=np.uint64)
+        idx = np.cumsum(gaps, dtype=np.uint64)
         if n and (
             int(idx[-1]) >= d
             or (n > 1 and not bool((np.diff(idx.astype(np.int64)) > 0).all()))

@@ -22,12 +22,11 @@ See docs/contribution.md.
 
 from fedplat.contribution.accountant import ContributionAccountant, ContributionStore
 from fedplat.contribution.config import ContributionSection, FlagSection, GTGSection
-from fedplat.contribution.ledger import (
-    LedgerEntry,
-    LedgerHead,
+from fedplat.contribution.ledger import LedgerEntry, LedgerHead
+from fedplat.contribution.ledger_export import export_ledger
+from fedplat.contribution.ledger_verify import (
     LedgerProblem,
     LedgerReport,
-    export_ledger,
     verify_ledger,
     verify_run_ledger,
 )

@@ -74,6 +74,34 @@ def iid(n_items: int, n_clients: int, seed: int) -> Partition:
     return _finish(np.array_split(perm, n_clients))
 
 
+def _dirichlet_draw(
+    by_class: list[np.ndarray],
+    n_clients: int,
+    alpha: float,
+    balance: bool,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """One draw: each class split over the clients in Dirichlet(alpha) shares."""
+    n = sum(idx.size for idx in by_class)
+    cap = n / n_clients
+    parts: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
+    sizes = np.zeros(n_clients, dtype=np.int64)
+    for idx_k in by_class:
+        idx_k = rng.permutation(idx_k)
+        p = rng.dirichlet(np.full(n_clients, alpha))
+        if balance:
+            masked = p * (sizes < cap)
+            # All mass on full clients (or underflow at tiny alpha): keep p.
+            if masked.sum() > 0:
+                p = masked
+        p = p / p.sum()
+        cuts = (np.cumsum(p)[:-1] * idx_k.size).astype(np.int64)
+        for c, chunk in enumerate(np.split(idx_k, cuts)):
+            parts[c].append(chunk)
+            sizes[c] += chunk.size
+    return [np.concatenate(ch) for ch in parts]
+
+
 def dirichlet(
     labels: np.ndarray,
     n_clients: int,
@@ -139,27 +167,12 @@ def dirichlet(
 
     rng = np.random.default_rng(seed)
     by_class = [np.flatnonzero(y == k) for k in np.unique(y)]
-    cap = n / n_clients
     smallest = 0
     for _ in range(max_retries):
-        parts: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
-        sizes = np.zeros(n_clients, dtype=np.int64)
-        for idx_k in by_class:
-            idx_k = rng.permutation(idx_k)
-            p = rng.dirichlet(np.full(n_clients, float(alpha)))
-            if balance:
-                masked = p * (sizes < cap)
-                # All mass on full clients (or underflow at tiny alpha): keep p.
-                if masked.sum() > 0:
-                    p = masked
-            p = p / p.sum()
-            cuts = (np.cumsum(p)[:-1] * idx_k.size).astype(np.int64)
-            for c, chunk in enumerate(np.split(idx_k, cuts)):
-                parts[c].append(chunk)
-                sizes[c] += chunk.size
-        smallest = int(sizes.min())
+        parts = _dirichlet_draw(by_class, n_clients, float(alpha), balance, rng)
+        smallest = min(p.size for p in parts)
         if smallest >= min_size:
-            return _finish([np.concatenate(ch) for ch in parts])
+            return _finish(parts)
     raise ValueError(
         f"dirichlet: no draw gave every one of {n_clients} clients >= {min_size} "
         f"items in {max_retries} tries (alpha={alpha}, {n} items, smallest client "

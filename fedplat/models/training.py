@@ -155,14 +155,7 @@ def train_epochs(
     TrainResult
     """
     n = len(data)
-    if n == 0:
-        raise ValueError(f"cannot train on an empty dataset ({data.name!r})")
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_steps is not None and max_steps < 1:
-        raise ValueError(f"max_steps must be None or >= 1, got {max_steps}")
+    _check_train_args(data, epochs, batch_size, max_steps)
     opt = make_optimizer(model, optimizer, lr, momentum, weight_decay)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     device = _device_of(model)
@@ -170,26 +163,19 @@ def train_epochs(
     model.train()
     # Accumulate on-device so the loop never syncs on .item() per step.
     total_loss = torch.zeros((), dtype=torch.float64, device=device)
+    budget = max_steps if max_steps is not None else math.inf
     steps = seen = 0
     try:
         for _ in range(epochs):
             perm = torch.randperm(n, generator=gen)
             for start in range(0, n, batch_size):
-                if max_steps is not None and steps >= max_steps:
+                if steps >= budget:
                     break
                 idx = perm[start : start + batch_size]
-                xb = data.x[idx].to(device, non_blocking=True)
-                yb = data.y[idx].to(device, non_blocking=True)
-                logits = model(xb)
-                _check_logits(logits, idx.numel(), data.num_classes)
-                loss = F.cross_entropy(logits, yb)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total_loss += loss.detach().double() * idx.numel()
+                total_loss += _step(model, opt, data, idx, device) * idx.numel()
                 steps += 1
                 seen += idx.numel()
-            if max_steps is not None and steps >= max_steps:
+            if steps >= budget:
                 break
     finally:
         model.train(was_training)
@@ -199,6 +185,38 @@ def train_epochs(
         mean_loss=float(total_loss) / seen,
         examples_seen=seen,
     )
+
+
+def _check_train_args(
+    data: Dataset, epochs: int, batch_size: int, max_steps: int | None
+) -> None:
+    if len(data) == 0:
+        raise ValueError(f"cannot train on an empty dataset ({data.name!r})")
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be None or >= 1, got {max_steps}")
+
+
+def _step(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    data: Dataset,
+    idx: torch.Tensor,
+    device: torch.device,
+) -> torch.Tensor:
+    """One optimizer step on the batch ``idx``; returns the loss before it."""
+    xb = data.x[idx].to(device, non_blocking=True)
+    yb = data.y[idx].to(device, non_blocking=True)
+    logits = model(xb)
+    _check_logits(logits, idx.numel(), data.num_classes)
+    loss = F.cross_entropy(logits, yb)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.detach().double()
 
 
 def evaluate(model: nn.Module, data: Dataset, batch_size: int = 1024) -> EvalResult:

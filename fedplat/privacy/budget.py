@@ -53,23 +53,25 @@ class PrivacyBudget:
 
     Parameters
     ----------
-    epsilon, delta : float
-        The run's budget.
+    epsilon : float or None
+        The run's budget (None: account without a ceiling).
+    delta : float
     accountant : {"rdp", "prv"}
         Opacus accountant doing the composition.
     """
 
     def __init__(
-        self, epsilon: float, delta: float, accountant: AccountantKind = "rdp"
+        self, epsilon: float | None, delta: float, accountant: AccountantKind = "rdp"
     ) -> None:
-        if not 0.0 < epsilon < math.inf:
+        if epsilon is not None and not 0.0 < epsilon < math.inf:
             raise PrivacyError(f"epsilon budget must be finite and > 0, got {epsilon}")
         if not 0.0 < delta < 1.0:
             raise PrivacyError(f"delta must be in (0, 1), got {delta}")
-        self.epsilon = float(epsilon)
+        self.epsilon = None if epsilon is None else float(epsilon)
         self.delta = float(delta)
         self._acc = PrivacyAccountant(accountant)
         self._spent = 0.0  # cached: one accountant evaluation per release
+        self._preview: tuple[tuple[int, float, float], RoundPrivacy] | None = None
 
     @property
     def spent(self) -> float:
@@ -81,15 +83,24 @@ class PrivacyBudget:
         return self._acc.steps
 
     def preview(self, *, noise_multiplier: float, sample_rate: float) -> RoundPrivacy:
-        """What one more release would bring the total to (nothing recorded)."""
+        """What one more release would bring the total to (nothing recorded).
+
+        The answer is cached until the next :meth:`spend`, so the round driver's
+        question before a round and the spend at its close cost one accountant
+        evaluation together."""
+        key = (self.releases, float(noise_multiplier), float(sample_rate))
+        if self._preview is not None and self._preview[0] == key:
+            return self._preview[1]
         before = self.spent
         trial = PrivacyAccountant(self._acc.kind)
         trial.load_state_dict(self._acc.state_dict())
         trial.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
         after = trial.get_epsilon(self.delta)
-        return RoundPrivacy(
+        out = RoundPrivacy(
             after, after - before, self.delta, noise_multiplier, sample_rate
         )
+        self._preview = (key, out)
+        return out
 
     def spend(self, *, noise_multiplier: float, sample_rate: float) -> RoundPrivacy:
         """Record one release; refuse (and record nothing) if it passes the budget.
@@ -100,7 +111,7 @@ class PrivacyBudget:
             With the epsilon the release would have reached.
         """
         nxt = self.preview(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
-        if nxt.epsilon > self.epsilon:
+        if self.epsilon is not None and nxt.epsilon > self.epsilon:
             raise PrivacyBudgetExceeded(
                 f"release {self.releases + 1} would spend epsilon {nxt.epsilon:.4g} "
                 f"> budget {self.epsilon:g} (delta {self.delta:g})"
@@ -121,7 +132,8 @@ class PrivacyBudget:
         """Restore a :meth:`state_dict` taken with the same budget."""
         if set(state) != {"epsilon", "delta", "accountant"}:
             raise PrivacyError(f"bad budget state keys {sorted(state)}")
-        if (float(state["epsilon"]), float(state["delta"])) != (
+        eps = None if state["epsilon"] is None else float(state["epsilon"])
+        if (eps, float(state["delta"])) != (
             self.epsilon,
             self.delta,
         ):
@@ -130,4 +142,5 @@ class PrivacyBudget:
                 f"this is ({self.epsilon}, {self.delta})"
             )
         self._acc.load_state_dict(state["accountant"])
+        self._preview = None
         self._spent = self._acc.get_epsilon(self.delta)

@@ -216,3 +216,37 @@ class MetricsAck(_message.Message):
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     def __init__(self, accepted: bool = ...) -> None: ...
+
+class SecAggRequest(_message.Message):
+    __slots__ = ("task_id", "round", "message", "signature", "wait_seconds")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    round: int
+    message: bytes
+    signature: bytes
+    wait_seconds: float
+    def __init__(self, task_id: _Optional[str] = ..., round: _Optional[int] = ..., message: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+
+class SecAggReply(_message.Message):
+    __slots__ = ("kind", "message", "reason")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[SecAggReply.Kind]
+        WAIT: _ClassVar[SecAggReply.Kind]
+        MESSAGE: _ClassVar[SecAggReply.Kind]
+        DONE: _ClassVar[SecAggReply.Kind]
+    KIND_UNSPECIFIED: SecAggReply.Kind
+    WAIT: SecAggReply.Kind
+    MESSAGE: SecAggReply.Kind
+    DONE: SecAggReply.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    kind: SecAggReply.Kind
+    message: bytes
+    reason: str
+    def __init__(self, kind: _Optional[_Union[SecAggReply.Kind, str]] = ..., message: _Optional[bytes] = ..., reason: _Optional[str] = ...) -> None: ...

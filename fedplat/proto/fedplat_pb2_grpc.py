@@ -64,6 +64,11 @@ class CoordinatorStub(object):
                 request_serializer=fedplat__pb2.MetricsReport.SerializeToString,
                 response_deserializer=fedplat__pb2.MetricsAck.FromString,
                 _registered_method=True)
+        self.SecAgg = channel.unary_unary(
+                '/fedplat.v1.Coordinator/SecAgg',
+                request_serializer=fedplat__pb2.SecAggRequest.SerializeToString,
+                response_deserializer=fedplat__pb2.SecAggReply.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer(object):
@@ -105,6 +110,12 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SecAgg(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +148,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ReportMetrics,
                     request_deserializer=fedplat__pb2.MetricsReport.FromString,
                     response_serializer=fedplat__pb2.MetricsAck.SerializeToString,
+            ),
+            'SecAgg': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAgg,
+                    request_deserializer=fedplat__pb2.SecAggRequest.FromString,
+                    response_serializer=fedplat__pb2.SecAggReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +317,33 @@ class Coordinator(object):
             '/fedplat.v1.Coordinator/ReportMetrics',
             fedplat__pb2.MetricsReport.SerializeToString,
             fedplat__pb2.MetricsAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SecAgg(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedplat.v1.Coordinator/SecAgg',
+            fedplat__pb2.SecAggRequest.SerializeToString,
+            fedplat__pb2.SecAggReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,6 +17,9 @@ from fedplat.transport.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
+    SecAggReply,
+    SecAggReplyKind,
+    SecAggRequest,
     Task,
     TaskKind,
     UploadAck,
@@ -247,3 +250,48 @@ def metrics_from_proto(msg: pb.MetricsReport) -> tuple[str, int, dict[str, float
         int(msg.round),
         finite_metrics(msg.metrics, "metrics"),
     )
+
+
+# -- secure aggregation -------------------------------------------------------------
+
+_SECAGG_TO_PB = {
+    SecAggReplyKind.WAIT: pb.SecAggReply.WAIT,
+    SecAggReplyKind.MESSAGE: pb.SecAggReply.MESSAGE,
+    SecAggReplyKind.DONE: pb.SecAggReply.DONE,
+}
+_SECAGG_FROM_PB = {v: k for k, v in _SECAGG_TO_PB.items()}
+
+
+def secagg_request_to_proto(req: SecAggRequest) -> pb.SecAggRequest:
+    return pb.SecAggRequest(
+        task_id=req.task_id,
+        round=req.round,
+        message=req.message,
+        signature=req.signature,
+        wait_seconds=req.wait_seconds,
+    )
+
+
+def secagg_request_from_proto(msg: pb.SecAggRequest) -> SecAggRequest:
+    """Checked (the message's size is bounded by the server's message limit and
+    parsed against the round's config by the coordinator)."""
+    wait = float(msg.wait_seconds)
+    return SecAggRequest(
+        task_id=check_name(msg.task_id, "task id"),
+        round=int(msg.round),
+        message=bytes(msg.message),
+        signature=check_bytes(msg.signature, "signature", 128),
+        wait_seconds=wait if math.isfinite(wait) and wait > 0 else 0.0,
+    )
+
+
+def secagg_reply_to_proto(reply: SecAggReply) -> pb.SecAggReply:
+    return pb.SecAggReply(
+        kind=_SECAGG_TO_PB[reply.kind], message=reply.message, reason=reply.reason
+    )
+
+
+def secagg_reply_from_proto(msg: pb.SecAggReply) -> SecAggReply:
+    if msg.kind not in _SECAGG_FROM_PB:
+        raise InvalidArgument(f"unknown secure-aggregation reply kind {msg.kind}")
+    return SecAggReply(_SECAGG_FROM_PB[msg.kind], bytes(msg.message), msg.reason[:1000])

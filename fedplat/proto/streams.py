@@ -115,13 +115,16 @@ class ModelInfo:
 
 
 def receive_model(
-    chunks: Iterator[pb.ModelChunk], out: torch.Tensor, max_bytes: int
+    chunks: Iterator[pb.ModelChunk | memoryview | Malformed],
+    out: torch.Tensor,
+    max_bytes: int,
 ) -> ModelInfo:
     """Stream a downloaded model straight into ``out`` (``[d]`` float32); checks
-    the declared size against ``out``, the framing and the SHA-256."""
+    the declared size against ``out``, the framing and the SHA-256. Data chunks
+    may arrive parsed or as views (:func:`parse_model_chunk`)."""
     it = iter(chunks)
     first = next(it, None)
-    if first is None or first.WhichOneof("part") != "header":
+    if not isinstance(first, pb.ModelChunk) or first.WhichOneof("part") != "header":
         raise InvalidArgument("model stream must start with a header")
     h = first.header
     if h.encoding not in ("", DENSE_F32):
@@ -135,13 +138,17 @@ def receive_model(
     digest = hashlib.sha256()
     at = 0
     for c in it:
-        if c.WhichOneof("part") != "data":
-            raise InvalidArgument("model stream has a second header")
-        n = len(c.data)
+        if isinstance(c, pb.ModelChunk) and c.WhichOneof("part") == "data":
+            data: bytes | memoryview = c.data
+        elif isinstance(c, memoryview):
+            data = c
+        else:
+            raise InvalidArgument("model stream has a second header or bad bytes")
+        n = len(data)
         if at + n > need:
             raise InvalidArgument(f"model stream longer than its declared {need} bytes")
-        dest[at : at + n] = np.frombuffer(c.data, dtype=np.uint8)
-        digest.update(c.data)
+        dest[at : at + n] = np.frombuffer(data, dtype=np.uint8)
+        digest.update(data)
         at += n
     if at != need:
         raise InvalidArgument(f"model stream truncated: {at} of {need} bytes")
@@ -265,6 +272,28 @@ def update_to_chunks(
         yield pb.UpdateChunk(data=bytes(piece))
 
 
+def data_message(piece: bytes | memoryview) -> bytes:
+    """The serialized chunk message (``data = 2``) carrying ``piece``: the same
+    bytes protobuf would write, made with one copy of the payload."""
+    n = len(piece)
+    prefix = bytearray([0x12])
+    while n >= 0x80:
+        prefix.append((n & 0x7F) | 0x80)
+        n >>= 7
+    prefix.append(n)
+    return b"".join((prefix, piece))
+
+
+def update_messages(
+    header: UpdateHeader, body: EncodedBody, chunk_bytes: int
+) -> Iterator[bytes]:
+    """:func:`update_to_chunks`, serialized (for a bytes-passing request
+    serializer): one copy of each payload piece instead of three."""
+    yield pb.UpdateChunk(header=update_header_to_proto(header)).SerializeToString()
+    for piece in body.chunks(chunk_bytes):
+        yield data_message(piece)
+
+
 def update_wire_bytes(header: UpdateHeader, nbytes: int, chunk_bytes: int) -> int:
     """Every byte of an upload's messages, gRPC framing included."""
     head = pb.UpdateChunk(header=update_header_to_proto(header)).ByteSize()
@@ -315,6 +344,12 @@ def parse_chunk(cls: type[M], raw: bytes) -> M | memoryview | Malformed:
 def parse_update_chunk(raw: bytes) -> pb.UpdateChunk | memoryview | Malformed:
     """:func:`parse_chunk` for ``UploadUpdate``."""
     return parse_chunk(pb.UpdateChunk, raw)
+
+
+def parse_model_chunk(raw: bytes) -> pb.ModelChunk | memoryview | Malformed:
+    """:func:`parse_chunk` for ``DownloadModel`` (the client's response
+    deserializer)."""
+    return parse_chunk(pb.ModelChunk, raw)
 
 
 M = TypeVar("M", bound=Message)

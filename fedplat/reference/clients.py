@@ -57,27 +57,33 @@ class ReferenceParts:
     num_examples: int
 
     def train(self, model: torch.nn.Module, config: Mapping[str, Any]) -> FitResult:
-        from fedplat.models.training import train_epochs
-
-        res = train_epochs(
-            model,
-            self.data,
-            epochs=int(config.get("epochs", 1)),
-            batch_size=int(config.get("batch_size", 32)),
-            lr=float(config.get("lr", 0.05)),
-            optimizer=str(config.get("optimizer", "sgd")),
-            momentum=float(config.get("momentum", 0.0)),
-            max_steps=config.get("max_steps"),
-            seed=None if config.get("seed") is None else int(config["seed"]),
-        )
-        return FitResult(res.num_examples, {"train_loss": float(res.mean_loss)})
+        return train_reference(model, self.data, config)
 
 
-def reference_parts(spec: ReferenceSpec) -> ReferenceParts:
-    from fedplat.data import load_dataset
-    from fedplat.models import create_model
+def train_reference(
+    model: torch.nn.Module, data: Any, config: Mapping[str, Any]
+) -> FitResult:
+    """Train ``model`` in place on ``data`` (a :class:`fedplat.data.Dataset`) with
+    the round's training settings."""
+    from fedplat.models.training import train_epochs
 
-    ds = load_dataset(spec.dataset, "train")
+    res = train_epochs(
+        model,
+        data,
+        epochs=int(config.get("epochs", 1)),
+        batch_size=int(config.get("batch_size", 32)),
+        lr=float(config.get("lr", 0.05)),
+        optimizer=str(config.get("optimizer", "sgd")),
+        momentum=float(config.get("momentum", 0.0)),
+        max_steps=config.get("max_steps"),
+        seed=None if config.get("seed") is None else int(config["seed"]),
+    )
+    return FitResult(res.num_examples, {"train_loss": float(res.mean_loss)})
+
+
+def partition_indices(spec: ReferenceSpec) -> np.ndarray:
+    """The train-split indices of the spec's partition, ``int64 [n_i]`` (the
+    whole partition is computed once per process and cached)."""
     parts = _partition_indices(
         spec.dataset,
         spec.partition,
@@ -85,14 +91,31 @@ def reference_parts(spec: ReferenceSpec) -> ReferenceParts:
         spec.num_partitions,
         spec.seed,
     )
-    idx = torch.from_numpy(np.asarray(parts[spec.partition_id], dtype=np.int64))
-    local = ds.subset(idx)
+    return np.asarray(parts[spec.partition_id], dtype=np.int64)
+
+
+def reference_data(spec: ReferenceSpec, train: Any = None) -> Any:
+    """The client's share of the train split (labels flipped if the spec says);
+    ``train``: the loaded train split, if the caller holds it already."""
+    from fedplat.data import load_dataset
+
+    ds = train if train is not None else load_dataset(spec.dataset, "train")
+    local = ds.subset(torch.from_numpy(partition_indices(spec)))
     if spec.label_flip:
         from dataclasses import replace
 
         from fedplat.aggregators.attacks import flip_labels
 
         local = replace(local, y=flip_labels(local.y, local.num_classes))
+    return local
+
+
+def reference_parts(spec: ReferenceSpec) -> ReferenceParts:
+    from fedplat.data import load_dataset
+    from fedplat.models import create_model
+
+    ds = load_dataset(spec.dataset, "train")
+    local = reference_data(spec, ds)
     model = create_model(
         spec.model,
         ds.input_shape,

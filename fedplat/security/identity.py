@@ -97,6 +97,7 @@ UPDATE = "fedplat-update-v1"
 PEER_HELLO = "fedplat-peer-hello-v1"
 PEER_MODEL = "fedplat-peer-model-v1"
 PEER_CALL = "fedplat-peer-call-v1"  # a gossip peer's ping, pull and status calls
+SECAGG = "fedplat-secagg-v1"  # a client's secure-aggregation message of one task
 
 __all__ = [
     "ENROL",
@@ -104,6 +105,7 @@ __all__ = [
     "PEER_HELLO",
     "PEER_MODEL",
     "PUBLIC_KEY_BYTES",
+    "SECAGG",
     "SIGNATURE_BYTES",
     "UPDATE",
     "Identity",

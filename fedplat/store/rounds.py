@@ -149,7 +149,9 @@ class RoundsStore(StoreBase):
             outside ``1..total_rounds``.
         """
         _count("number", number, minimum=1)
-        _count("num_selected", num_selected, minimum=1)
+        # Zero: a Poisson draw may select nobody (under central DP the round
+        # still releases a noised model).
+        _count("num_selected", num_selected)
         _count("model_version", model_version)
         deadline = _aware("deadline_at", deadline_at)
         now = _now()
@@ -190,6 +192,9 @@ class RoundsStore(StoreBase):
     def close_round(self, run_id: str, number: int, close: RoundClose) -> RoundRecord:
         """Write everything of round ``number`` in one transaction and close it.
 
+        There is one participation per selected client (``num_selected`` of
+        :meth:`open_round`), and contributions only for those clients: the store
+        refuses to write what ``fedplat store check`` would report.
         ``num_succeeded`` and ``num_aggregated`` count participations with status
         ``succeeded``; ``num_failed`` all others; byte totals sum them. A
         ``completed`` round advances the run's ``current_round`` and
@@ -209,6 +214,11 @@ class RoundsStore(StoreBase):
         contribs = [
             _contribution_values(run_id, number, c) for c in close.contributions
         ]
+        stray = sorted({c["client_id"] for c in contribs} - set(ids))
+        if stray:
+            raise StoreError(
+                f"contributions for clients without a participation: {stray[:10]}"
+            )
         metrics = metric_rows(run_id, close.metrics or {}, number, None)
         for cid, values in (close.client_metrics or {}).items():
             metrics += metric_rows(run_id, values, number, cid)
@@ -216,6 +226,12 @@ class RoundsStore(StoreBase):
         with self._write() as session:
             run = self._require_run(session, run_id, lock=True)
             row = self._open_round_row(session, run_id, number)
+            if len(parts) != row.num_selected:
+                raise StoreError(
+                    f"round {number} of run {run_id!r} selected {row.num_selected} "
+                    f"clients; got {len(parts)} participations (one per selected "
+                    "client)"
+                )
             self._check_enrolled(
                 session, run_id, ids + [c["client_id"] for c in contribs]
             )

@@ -17,6 +17,8 @@ from fedplat.transport.messages import (
     Enrollment,
     EnrollRequest,
     ModelPayload,
+    SecAggReply,
+    SecAggRequest,
     Task,
     UpdateHeader,
     UploadAck,
@@ -43,6 +45,8 @@ class Connection(Protocol):
     def report_metrics(
         self, task_id: str, round_number: int, metrics: dict[str, float]
     ) -> None: ...
+
+    def secagg(self, req: SecAggRequest) -> SecAggReply: ...
 
     def close(self) -> None: ...
 
@@ -74,3 +78,5 @@ class CoordinatorService(Protocol):
         round_number: int,
         metrics: dict[str, float],
     ) -> None: ...
+
+    def secagg(self, client_id: str, token: str, req: SecAggRequest) -> SecAggReply: ...

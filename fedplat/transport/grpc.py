@@ -19,6 +19,8 @@ from fedplat.transport.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
+    SecAggReply,
+    SecAggRequest,
     Task,
     UpdateHeader,
     UploadAck,
@@ -39,7 +41,8 @@ class ChannelOptions:
     root_certificates: bytes | None = None
     private_key: bytes | None = None  # client key/cert for mutual TLS
     certificate_chain: bytes | None = None
-    max_message_bytes: int = 4 * MiB
+    # What this client accepts per message: the coordinator's chunks must fit.
+    max_message_bytes: int = 16 * MiB
     chunk_bytes: int = 1 * MiB
     max_model_bytes: int = 2048 * MiB
     rpc_timeout: float = 60.0
@@ -65,6 +68,10 @@ def make_channel(address: str, opts: ChannelOptions) -> grpc.Channel:
 T = TypeVar("T")
 
 
+def _as_bytes(message: bytes) -> bytes:
+    return message
+
+
 class GrpcConnection:
     """A client's gRPC session with a coordinator."""
 
@@ -73,6 +80,18 @@ class GrpcConnection:
         self.opts = opts
         self.channel = make_channel(address, opts)
         self.stub = pb_grpc.CoordinatorStub(self.channel)
+        # The two large streams skip protobuf objects for their payload: data
+        # chunks are written with one copy and read as views of the received bytes.
+        self._download = self.channel.unary_stream(
+            "/fedplat.v1.Coordinator/DownloadModel",
+            request_serializer=pb.DownloadRequest.SerializeToString,
+            response_deserializer=streams.parse_model_chunk,
+        )
+        self._upload = self.channel.stream_unary(
+            "/fedplat.v1.Coordinator/UploadUpdate",
+            request_serializer=_as_bytes,
+            response_deserializer=pb.UploadAck.FromString,
+        )
         self._client_id = ""
         self._token = ""
         self._chunk = opts.chunk_bytes
@@ -127,7 +146,7 @@ class GrpcConnection:
         md = self._md()
         return self._call(
             lambda: streams.receive_model(
-                self.stub.DownloadModel(
+                self._download(
                     pb.DownloadRequest(task_id=task_id),
                     metadata=md,
                     timeout=self.opts.rpc_timeout,
@@ -140,8 +159,8 @@ class GrpcConnection:
     def upload_update(self, header: UpdateHeader, body: EncodedBody) -> UploadAck:
         md = self._md()
         resp = self._call(
-            lambda: self.stub.UploadUpdate(
-                streams.update_to_chunks(header, body, self._chunk),
+            lambda: self._upload(
+                streams.update_messages(header, body, self._chunk),
                 metadata=md,
                 timeout=self.opts.rpc_timeout,
             )
@@ -159,6 +178,16 @@ class GrpcConnection:
                 timeout=self.opts.rpc_timeout,
             )
         )
+
+    def secagg(self, req: SecAggRequest) -> SecAggReply:
+        md = self._md()
+        msg = serde.secagg_request_to_proto(req)
+        resp = self._call(
+            lambda: self.stub.SecAgg(
+                msg, metadata=md, timeout=req.wait_seconds + self.opts.rpc_timeout
+            )
+        )
+        return serde.secagg_reply_from_proto(resp)
 
     def close(self) -> None:
         self.channel.close()

@@ -19,6 +19,8 @@ from fedplat.transport.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
+    SecAggReply,
+    SecAggRequest,
     Task,
     UpdateHeader,
     UploadAck,
@@ -64,6 +66,9 @@ class InMemoryConnection:
         self, task_id: str, round_number: int, metrics: dict[str, float]
     ) -> None:
         self.service.report_metrics(*self._creds(), task_id, round_number, metrics)
+
+    def secagg(self, req: SecAggRequest) -> SecAggReply:
+        return self.service.secagg(*self._creds(), req)
 
     def close(self) -> None:
         pass

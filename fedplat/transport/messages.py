@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -111,6 +112,40 @@ def update_statement(
         header.num_examples,
         header.encoding,
     )
+
+
+class SecAggReplyKind(enum.Enum):
+    WAIT = 1
+    MESSAGE = 2
+    DONE = 3
+
+
+@dataclass(frozen=True)
+class SecAggRequest:
+    """One client's secure-aggregation call: its message of the current phase
+    (``fedplat.secagg`` bytes; empty to poll) and its signature."""
+
+    task_id: str
+    round: int
+    message: bytes = b""
+    signature: bytes = b""
+    wait_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class SecAggReply:
+    kind: SecAggReplyKind
+    message: bytes = b""
+    reason: str = ""
+
+
+def secagg_statement(
+    run_id: str, round: int, task_id: str, nonce: bytes, message: bytes
+) -> tuple[str, int, str, bytes, str]:
+    """The fields a secure-aggregation message's signature covers (domain
+    ``SECAGG``): run, round, task and the task's nonce bind it to one task, the
+    SHA-256 to its bytes."""
+    return (run_id, round, task_id, nonce, hashlib.sha256(message).hexdigest())
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The client half of the uplink contract: compression and privacy per task.
 
 The coordinator names the run's compressor and privacy settings in every task
-(:class:`fedplat.uplink.task.TaskConfig`). This innermost middleware layer clips,
+(:class:`fedplat.uplink.task.TaskConfig`). This innermost middleware layer
 compresses (keeping error-feedback / DGC momentum state across rounds, saved in
 the client's ``state_dir`` so a restarted client keeps it) and, for local DP,
 noises what actually leaves the device. Its output is the update's payload
@@ -27,7 +27,6 @@ from fedplat.compression import (
 )
 from fedplat.privacy import (
     GaussianMechanism,
-    clip_l2,
     make_noise_generator,
     privatize_payload,
     secure_seed,
@@ -87,10 +86,10 @@ class UplinkLayer:
         privacy = cfg.privacy
         if cfg.compression.is_identity and privacy is None:
             return send(update)
+        # Central DP: the coordinator clips what it receives (the update, or its
+        # sketch) to the round's clip norm and measures whether it had to, the
+        # bit adaptive clipping counts; a client that clipped first would hide it.
         vec = update.vector
-        if privacy is not None and privacy.mode == "central":
-            # The coordinator's noise is calibrated to this bound (it re-clips too).
-            vec = clip_l2(vec, privacy.clip_norm).vector
         key, comp = self.compressor(cfg.compression)
         payload = comp.encode(vec, round=update.task.round, seed=cfg.compression_seed)
         if privacy is not None and privacy.mode == "local":

@@ -39,6 +39,16 @@ def max_payload_bytes(d: int) -> int:
     return HEADER_SIZE + 4 * d
 
 
+def check_payload_size(total: int, d: int) -> None:
+    """Raise :class:`PayloadError` unless ``total`` bytes can be an upload
+    payload for a model of ``d`` parameters."""
+    if not HEADER_SIZE <= total <= max_payload_bytes(d):
+        raise PayloadError(
+            f"an update of {total} bytes cannot be a payload for {d} "
+            f"parameters (at most {max_payload_bytes(d)})"
+        )
+
+
 class PayloadSink:
     """Decode one upload into ``out`` (``[d]`` float32) as its bytes arrive.
 
@@ -53,20 +63,28 @@ class PayloadSink:
         The run's compressor ``decode`` for non-dense payloads.
     seed, round : int
         What a sketch payload must carry (public sketch seed, current round).
+    d : int, optional
+        The model's parameter count when ``out`` is not ``[d]`` (a round that
+        sums sketches decodes each payload into its ``[b]`` sketch values; a
+        dense payload is then refused by the decoder).
     """
 
     def __init__(
-        self, out: torch.Tensor, total: int, decoder: Decoder, *, seed: int, round: int
+        self,
+        out: torch.Tensor,
+        total: int,
+        decoder: Decoder,
+        *,
+        seed: int,
+        round: int,
+        d: int | None = None,
     ) -> None:
         if out.dtype != torch.float32 or out.dim() != 1 or not out.is_contiguous():
-            raise ValueError("out must be a contiguous [d] float32 tensor")
-        d = out.numel()
-        if not HEADER_SIZE <= total <= max_payload_bytes(d):
-            raise PayloadError(
-                f"an update of {total} bytes cannot be a payload for {d} "
-                f"parameters (at most {max_payload_bytes(d)})"
-            )
+            raise ValueError("out must be a contiguous float32 vector")
+        d = out.numel() if d is None else d
+        check_payload_size(total, d)
         self.out = out
+        self.d = d
         self.total = total
         self._decoder = decoder
         self._seed, self._round = seed, round
@@ -99,7 +117,7 @@ class PayloadSink:
     def _start(self) -> None:
         h = parse_header(
             bytes(self._head),
-            expected_d=self.out.numel(),
+            expected_d=self.d,
             expected_seed=self._seed,
             expected_round=self._round,
         )
@@ -109,7 +127,7 @@ class PayloadSink:
                 f"{self.total}"
             )
         self.header = h
-        if h.kind == "dense" and h.dtype == torch.float32:
+        if h.kind == "dense" and h.dtype == torch.float32 and self.out.numel() == h.d:
             self._dense = self.out.view(torch.uint8).numpy()
         else:
             self._buf = bytearray(self._head)
@@ -123,13 +141,18 @@ class PayloadSink:
         if self._buf is not None:
             payload = Payload.from_bytes(
                 self._buf,
-                expected_d=self.out.numel(),
+                expected_d=self.d,
                 expected_seed=self._seed,
                 expected_round=self._round,
             )
             self._buf = None
-            self.out.copy_(self._decoder(payload).to(torch.float32))
+            values = self._decoder(payload)
+            if values.numel() != self.out.numel():
+                raise PayloadError(
+                    f"decoded {values.numel()} values, expected {self.out.numel()}"
+                )
+            self.out.copy_(values.to(torch.float32))
         return self.out
 
 
-__all__ = ["PayloadSink", "max_payload_bytes"]
+__all__ = ["PayloadSink", "check_payload_size", "max_payload_bytes"]

@@ -44,11 +44,29 @@ class CompressionSpec:
 @dataclass(frozen=True)
 class PrivacySpec:
     """Client-side DP duties: ``local`` clips and noises what leaves the device;
-    ``central`` only clips (the coordinator adds the noise)."""
+    ``central``: none on the plain path (the coordinator clips to ``clip_norm``,
+    this round's, and adds the noise); under secure aggregation the client clips
+    to ``clip_norm`` itself."""
 
     mode: Literal["local", "central"]
     clip_norm: float
     noise_multiplier: float
+
+
+@dataclass(frozen=True)
+class SecAggSpec:
+    """This client's part in the round's secure aggregation.
+
+    ``config`` is the round's :meth:`fedplat.secagg.SecAggConfig.as_dict` (parsed
+    and validated by the client), ``party`` the client's id in it. The client
+    clips its update (or its sketch) to ``PrivacySpec.clip_norm``; with
+    ``adaptive`` it appends ``clip_norm`` times the bit "my update was not
+    clipped" as one more coordinate, so the masked sum carries the count that
+    adaptive clipping releases (Andrew et al. 2021)."""
+
+    config: dict[str, Any]
+    party: int
+    adaptive: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,7 @@ class TaskConfig:
     compression_seed: int = 0
     privacy: PrivacySpec | None = None
     seed: int = 0
+    secagg: SecAggSpec | None = None
 
     def train_config(self) -> dict[str, Any]:
         """The settings a ``train_fn`` reads (plain dict, JSON values)."""
@@ -127,18 +146,31 @@ def _from_dict(data: dict[str, Any]) -> TaskConfig:
             _number(p["clip_norm"], "clip_norm"),
             _number(p["noise_multiplier"], "noise_multiplier"),
         )
+    sa = data.get("secagg")
+    secagg = None
+    if sa is not None:
+        if not isinstance(sa.get("config"), dict):
+            raise TypeError("secagg config must be an object")
+        adaptive = sa.get("adaptive", False)
+        if not isinstance(adaptive, bool):
+            raise TypeError("secagg adaptive must be a boolean")
+        secagg = SecAggSpec(
+            dict(sa["config"]), _integer(sa["party"], "secagg party"), adaptive
+        )
     return TaskConfig(
         training=training,
         compression=compression,
         compression_seed=_integer(data.get("compression_seed", 0), "compression_seed"),
         privacy=privacy,
         seed=_integer(data.get("seed", 0), "seed"),
+        secagg=secagg,
     )
 
 
 __all__ = [
     "CompressionSpec",
     "PrivacySpec",
+    "SecAggSpec",
     "TaskConfig",
     "TaskConfigError",
     "TrainingSettings",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,12 @@ def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
             rounds=3,
             clients=4,
             aggregator={"name": "fedavg", "weighted": False},
+            selection={"sampling": "poisson", "rate": 1.0, "quorum": 1},
             privacy={
                 "mode": "central",
                 "epsilon": 8.0,
                 "delta": 1e-5,
-                "clip_norm": 1.0,
+                "clip_norm": 0.5,
             },
         )
     )
@@ -83,9 +85,10 @@ def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
     assert len(eps) == 3 and eps == sorted(eps) and 0 < eps[-1] <= 8.0 + 1e-6
     # Calibrated for all rounds: the last round spends (almost exactly) the budget.
     assert eps[-1] > 7.5
-    # Honest clients clip before sending, so the coordinator had nothing to clip.
+    # Clients send their updates as they are; the coordinator clips (two epochs
+    # of digits move the model by more than 0.5) and says so.
     flags = [p.verdict.flags for p in store.list_participations(res.run_id, 1)]
-    assert not any("dp-clipped" in f for f in flags)
+    assert all("dp-clipped" in f for f in flags)
 
 
 def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
@@ -96,6 +99,7 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
         run_config(
             tmp_path,
             aggregator={"name": "fedavg", "weighted": False},
+            selection={"sampling": "poisson", "rate": 0.5, "quorum": 1},
             privacy={"mode": "central", "noise_multiplier": 1.0, "clip_norm": 1.0},
         )
     )
@@ -106,6 +110,32 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
     assert torch.allclose(small, torch.tensor([0.3, 0.4]))
     privacy = plan.task_config(seed=0).privacy
     assert privacy is not None and privacy.noise_multiplier == 1.0
+
+
+def test_an_unbounded_epsilon_is_a_flag_not_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedplat.uplink.central import METRIC_EPSILON, METRIC_EPSILON_UNBOUNDED
+    from fedplat.uplink.server import UplinkPlan
+    from fedplat.vectors import Layout, TensorSpec
+
+    cfg = parse_config(
+        run_config(
+            tmp_path,
+            privacy={"mode": "local", "noise_multiplier": 1.0, "clip_norm": 1.0},
+        )
+    )
+    plan = UplinkPlan(cfg, Layout((TensorSpec("w", (2,)),)))
+    bounded = plan.account()
+    assert bounded[METRIC_EPSILON] > 0 and METRIC_EPSILON_UNBOUNDED not in bounded
+    # Opacus reports an infinite epsilon when no order bounds the loss.
+    from fedplat.privacy.accountant import PrivacyAccountant
+
+    monkeypatch.setattr(PrivacyAccountant, "get_epsilon", lambda self, delta: math.inf)
+    unbounded = plan.account()
+    assert METRIC_EPSILON not in unbounded
+    assert unbounded[METRIC_EPSILON_UNBOUNDED] == 1.0
+    assert all(math.isfinite(v) for v in unbounded.values())
 
 
 def test_local_dp_on_sketch(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Deep Gradient Compression: faithful to the paper's recipe (ALGORITHMS.md Sec. 1)."""
+"""Deep Gradient Compression: faithful to the recipe of Lin, Han, Mao, Wang & Dally,
+"Deep Gradient Compression: Reducing the Communication Bandwidth for Distributed
+Training", ICLR 2018 (arXiv 1712.01887), Sec. 3."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Sketches of Song et al. 2023 (ALGORITHMS.md Sec. 2): E[RᵀR] = I, shared seeds,
-coordinator-side de-sketching, heavy-hitter recovery."""
+"""Sketches of Song, Wang, Yu & Zhang, "Sketching for First Order Method: Efficient
+Algorithm for Low-Bandwidth Channel and Vulnerability", ICML 2023 (arXiv
+2210.08371): E[RᵀR] = I, shared seeds, coordinator-side de-sketching, heavy-hitter
+recovery."""
 
 from __future__ import annotations
 

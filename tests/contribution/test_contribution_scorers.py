@@ -99,7 +99,9 @@ def test_gtg_between_round_truncation_zeroes_the_round() -> None:
         calls.append(list(s))
         return 0.80 + 0.001 * len(s)
 
-    # |U(N) - U(∅)| = 0.006 <= 0.01 (ALGORITHMS.md 5, step 2): no evaluations.
+    # |U(N) - U(∅)| = 0.006 <= 0.01, GTG-Shapley's between-round truncation (Liu
+    # et al., ACM TIST 2022; threshold of FedML's gtg_shapley_value.py): no
+    # evaluations.
     res = gtg_shapley(value, 6, value(range(6)), rng=np.random.default_rng(0))
     assert res.round_truncated and res.permutations == 0
     assert torch.equal(res.values, torch.zeros(6, dtype=torch.float64))

@@ -30,11 +30,18 @@ from fedplat.contribution.ledger import (
     canonical_json,
     chain_entries,
     entry_hash,
-    export_ledger,
     sign_head,
-    verify_ledger,
 )
-from fedplat.store import Store, StoreError, current_revision, downgrade, migrate
+from fedplat.contribution.ledger_export import export_ledger
+from fedplat.contribution.ledger_verify import verify_ledger
+from fedplat.store import (
+    Store,
+    StoreError,
+    current_revision,
+    downgrade,
+    head_revision,
+    migrate,
+)
 from fedplat.store.engine import make_engine
 
 
@@ -420,16 +427,23 @@ def test_migration_0002_adds_and_drops_only_the_ledger(tmp_path: Path) -> None:
     engine = make_engine(url)
     try:
         assert current_revision(engine) == "0002"
-        tables = set(sa.inspect(engine).get_table_names())
-        assert {"ledger_entries", "ledger_heads", "runs", "participations"} <= tables
+        at_0002 = set(sa.inspect(engine).get_table_names())
+        assert {"ledger_entries", "ledger_heads", "runs", "participations"} <= at_0002
         downgrade(engine, "0001")
         assert current_revision(engine) == "0001"
-        tables = set(sa.inspect(engine).get_table_names())
-        assert "ledger_entries" not in tables and "ledger_heads" not in tables
-        assert {"runs", "participations", "events"} <= tables
+        at_0001 = set(sa.inspect(engine).get_table_names())
+        assert at_0002 - at_0001 == {"ledger_entries", "ledger_heads"}
+        assert at_0001 <= at_0002
+        assert {"runs", "participations", "events"} <= at_0001
     finally:
         engine.dispose()
-    migrate(url)  # and back up
+    migrate(url)  # and back up, through 0003, to the head
+    engine = make_engine(url)
+    try:
+        assert current_revision(engine) == head_revision()
+        assert at_0002 <= set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
 
 
 def test_runs_cascade_to_their_ledger(tmp_path: Path, key: Ed25519PrivateKey) -> None:

@@ -1,31 +1,19 @@
-"""Tests of fedplat.store on SQLite and, when FEDPLAT_TEST_PG_URL is set, PostgreSQL.
-
-Start a throwaway PostgreSQL with::
-
-    eval "$(scripts/pg_throwaway.sh start "$(mktemp -d)" 55432)"
-    python -m pytest tests/test_store.py
-    scripts/pg_throwaway.sh stop DIR
-
-Each PostgreSQL test runs in a schema of its own (dropped afterwards), so the
-tests need only CREATE on the database, not CREATEDB.
+"""The store's engine, runs, metrics, events and JSON columns, and many threads
+writing at once, on SQLite and, when FEDPLAT_TEST_PG_URL is set, PostgreSQL
+(fixtures in ``conftest.py``). Clients, rounds and migrations have files of their
+own.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import os
-import subprocess
-import sys
-import threading
 import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,85 +21,28 @@ from fedplat.store import (
     PARTICIPATION_STATUSES,
     ROUND_STATUSES,
     RUN_STATUSES,
+    ContributionRow,
+    EventRow,
+    ParticipationRow,
     Store,
     StoreError,
-    current_revision,
-    downgrade,
-    head_revision,
-    migrate,
+    Verdict,
 )
 from fedplat.store.engine import make_engine
-from fedplat.store.models import Base
-from tests.support import REPO
-
-PG_URL = os.environ.get("FEDPLAT_TEST_PG_URL")
-SHA = "ab" * 32
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param(
-        "postgres",
-        id="postgres",
-        marks=[
-            pytest.mark.postgres,
-            pytest.mark.skipif(
-                not PG_URL,
-                reason="FEDPLAT_TEST_PG_URL not set (see scripts/pg_throwaway.sh)",
-            ),
-        ],
-    ),
-]
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """A URL of an empty database: a SQLite path, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        # A plain path with missing parents: the store must create them.
-        yield str(tmp_path / "nested" / "dir" / "store.db")
-        return
-    assert PG_URL is not None
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = sa.make_url(PG_URL).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-def _deadline() -> datetime:
-    return datetime.now(UTC) + timedelta(minutes=5)
-
-
-def _run_with_clients(store: Store, n: int = 3, *, rounds: int = 5) -> str:
-    run = store.create_run(f"run-{uuid.uuid4().hex[:8]}", {"lr": 0.1}, {}, rounds)
-    for i in range(n):
-        store.upsert_client(run.id, f"c{i}", name=f"client {i}", num_examples=10 * i)
-    return run.id
-
+from fedplat.store.events import MAX_DETAILS, MAX_MESSAGE
+from tests.support.store import deadline, ok, play_round, race, run_with_clients
 
 # --------------------------------------------------------------------------- #
-# Engine, schema, migrations                                                   #
+# Engine                                                                       #
 # --------------------------------------------------------------------------- #
 
 
-def test_sqlite_path_creates_dirs_and_sets_pragmas(tmp_path: Any) -> None:
+def test_sqlite_path_creates_dirs_and_sets_pragmas(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "fl.db"
-    Store(str(path)).close()
+    # The connection that ran the migrations (with foreign keys off while
+    # tables were rebuilt) is back in the pool enforcing them again.
+    with Store(str(path)) as store, store._engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     assert path.exists()
     engine = make_engine(str(path))
     try:
@@ -129,85 +60,24 @@ def test_sqlite_memory_url_works() -> None:
         assert s.get_run(run.id) == run
 
 
-def _schema_diff(url: str) -> list[Any]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            ctx = MigrationContext.configure(conn, opts={"compare_type": True})
-            return list(compare_metadata(ctx, Base.metadata))
-    finally:
-        engine.dispose()
-
-
-def _tables(url: str) -> set[str]:
-    engine = make_engine(url)
-    try:
-        return set(sa.inspect(engine).get_table_names())
-    finally:
-        engine.dispose()
-
-
-def test_migration_matches_models_and_downgrades(db_url: str) -> None:
-    migrate(db_url)
-    assert _schema_diff(db_url) == []
-    engine = make_engine(db_url)
-    try:
-        assert current_revision(engine) == head_revision() == "0002"
-    finally:
-        engine.dispose()
-    expected = {"runs", "clients", "rounds", "participations", "metrics", "events"}
-    assert expected <= _tables(db_url)
-
-    downgrade(db_url, "base")
-    assert _tables(db_url) <= {"alembic_version"}
-
-    migrate(db_url)
-    assert expected <= _tables(db_url)
-    assert _schema_diff(db_url) == []
-
-
-@pytest.mark.integration
-def test_concurrent_first_opens_migrate_once(db_url: str) -> None:
-    """Services opening a fresh database at once (processes and threads) all work."""
-    repo = REPO
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), *sys.path])}
-    code = "import sys; from fedplat.store import Store; Store(sys.argv[1]).close()"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code, db_url], env=env, cwd=repo)
-        for _ in range(3)
-    ]
-    errors: list[BaseException] = []
-
-    def open_store() -> None:
-        try:
-            Store(db_url).close()
-        except BaseException as exc:  # re-raised in the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_store) for _ in range(3)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
-    assert errors == [], errors
-    assert _schema_diff(db_url) == []
-
-
 def test_reopen_keeps_data_and_monitor_opens_without_migrating(db_url: str) -> None:
     with Store(db_url) as s:
-        run_id = _run_with_clients(s, 2)
-        s.start_round(
-            run_id, 1, selected=["c0", "c1"], deadline_at=_deadline(), model_version=0
+        run_id = run_with_clients(s, 2)
+        play_round(
+            s,
+            run_id,
+            1,
+            (ok("c0", up=7), ParticipationRow("c1", "late")),
+            accuracy=0.7,
+            metrics={"acc": 0.7},
+            contributions=(ContributionRow("c0", 1.0, {"loo": 1.0}, False),),
+            events=(EventRow("round_completed", "done", round_number=1),),
         )
-        s.update_participation(run_id, 1, "c0", status="succeeded", bytes_up=7)
-        s.finish_round(run_id, 1, status="completed", accuracy=0.7)
-        s.add_metric(run_id, "acc", 0.7, round_number=1)
-        s.add_event(run_id, "round_completed", "done", round_number=1)
         before = (
             s.get_run(run_id),
             s.list_rounds(run_id),
             s.list_participations(run_id),
+            s.list_contributions(run_id),
         )
 
     with Store(db_url) as again:  # migrating an up-to-date database is a no-op
@@ -215,6 +85,7 @@ def test_reopen_keeps_data_and_monitor_opens_without_migrating(db_url: str) -> N
             again.get_run(run_id),
             again.list_rounds(run_id),
             again.list_participations(run_id),
+            again.list_contributions(run_id),
         ) == before
 
     monitor = Store(db_url, migrate=False)
@@ -262,6 +133,19 @@ def test_run_crud(store: Store) -> None:
     assert (updated.current_round, updated.status) == (4, "running")
     assert store.get_run(first.id) == updated
 
+    assert (first.heartbeat_at, first.phase, first.live_clients, first.reason) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    failed = store.update_run(first.id, status="failed", reason="operator stop")
+    assert (failed.status, failed.reason, failed.current_round) == (
+        "failed",
+        "operator stop",
+        4,
+    )
+
     with pytest.raises(StoreError, match="already exists"):
         store.create_run("first", {}, {}, 1)
     with pytest.raises(StoreError, match="unknown run"):
@@ -277,6 +161,8 @@ def test_run_crud(store: Store) -> None:
         ({"best_accuracy": math.nan}, "finite"),
         ({"best_accuracy": "high"}, "real number"),
         ({"started_at": datetime(2026, 1, 1)}, "timezone-aware"),
+        ({"total_rounds": 0}, ">= 1"),
+        ({"reason": 3}, "string or None"),
     ],
 )
 def test_update_run_validation(
@@ -311,321 +197,47 @@ def test_status_vocabularies() -> None:
     assert "succeeded" in PARTICIPATION_STATUSES and "late" in PARTICIPATION_STATUSES
 
 
-# --------------------------------------------------------------------------- #
-# Clients                                                                      #
-# --------------------------------------------------------------------------- #
-
-
-def test_client_crud(store: Store) -> None:
-    run = store.create_run("r", {}, {}, 2)
-    c = store.upsert_client(
-        run.id, "c1", name="phone", num_examples=12, info={"os": "a"}
-    )
-    assert (c.run_id, c.id, c.name, c.status, c.num_examples) == (
-        run.id,
-        "c1",
-        "phone",
-        "enrolled",
-        12,
-    )
-    assert c.info == {"os": "a"}
-    assert c.last_seen is not None and c.enrolled_at.tzinfo is not None
-
-    again = store.upsert_client(
-        run.id, "c1", name="phone2", num_examples=30, status="active"
-    )
-    assert again.enrolled_at == c.enrolled_at
-    assert (again.name, again.num_examples, again.status) == ("phone2", 30, "active")
-    assert again.info == {"os": "a"}  # info=None keeps the stored info
-
-    store.touch_client(run.id, "c1", status="dropped")
-    touched = store.get_client(run.id, "c1")
-    assert touched is not None and touched.status == "dropped"
-    assert touched.last_seen is not None and again.last_seen is not None
-    assert touched.last_seen >= again.last_seen
-
-    store.upsert_client(run.id, "c0", name="other", num_examples=0)
-    assert [x.id for x in store.list_clients(run.id)] == ["c0", "c1"]
-    assert store.get_client(run.id, "zz") is None
-    assert store.list_clients("no-run") == []
-
-    with pytest.raises(StoreError, match="unknown client"):
-        store.touch_client(run.id, "zz")
-    with pytest.raises(StoreError, match="unknown run"):
-        store.upsert_client("no-run", "c", name="c", num_examples=1)
-    with pytest.raises(StoreError, match="status must be one of"):
-        store.upsert_client(run.id, "c", name="c", num_examples=1, status="zombie")
-    with pytest.raises(StoreError, match="status must be one of"):
-        store.touch_client(run.id, "c1", status="zombie")
-    with pytest.raises(StoreError, match=">= 0"):
-        store.upsert_client(run.id, "c", name="c", num_examples=-1)
-    with pytest.raises(StoreError, match="integer"):
-        store.upsert_client(run.id, "c", name="c", num_examples=True)
-
-
-# --------------------------------------------------------------------------- #
-# Rounds and participations                                                    #
-# --------------------------------------------------------------------------- #
-
-
-def test_round_lifecycle(store: Store) -> None:
-    run_id = _run_with_clients(store, 3)
-    deadline = datetime(2030, 5, 6, 7, 8, 9, tzinfo=timezone(timedelta(hours=2)))
-    rnd = store.start_round(
-        run_id, 1, selected=["c0", "c1", "c2"], deadline_at=deadline, model_version=3
-    )
-    assert (rnd.number, rnd.status, rnd.num_selected, rnd.model_version) == (
-        1,
-        "open",
-        3,
-        3,
-    )
-    assert rnd.deadline_at == deadline and rnd.deadline_at.tzinfo == UTC
-    parts = store.list_participations(run_id, 1)
-    assert [(p.client_id, p.status, p.bytes_up) for p in parts] == [
-        ("c0", "selected", 0),
-        ("c1", "selected", 0),
-        ("c2", "selected", 0),
-    ]
-
-    store.update_participation(run_id, 1, "c0", status="downloaded", bytes_down=100)
-    store.update_participation(run_id, 1, "c0", bytes_down=50)  # a resumed download
-    store.update_participation(
-        run_id,
-        1,
-        "c0",
-        status="succeeded",
-        bytes_up=30,
-        num_examples=12,
-        duration_s=1.5,
-        train_loss=0.25,
-        weight=0.75,
-        flags={"selected": True, "score": 1.2, "flags": ["clipped"]},
-    )
-    store.update_participation(
-        run_id, 1, "c1", status="rejected", bytes_up=10, reason="nan"
-    )
-    store.update_participation(run_id, 1, "c2", bytes_down=40)  # never uploaded
-
-    c0 = store.list_participations(run_id, 1, "c0")[0]
-    assert (c0.status, c0.bytes_up, c0.bytes_down, c0.num_examples) == (
-        "succeeded",
-        30,
-        150,
-        12,
-    )
-    assert (c0.duration_s, c0.train_loss, c0.weight) == (1.5, 0.25, 0.75)
-    assert c0.flags == {"selected": True, "score": 1.2, "flags": ["clipped"]}
-    assert c0.updated_at.tzinfo is not None
-
-    done = store.finish_round(
-        run_id,
-        1,
-        status="completed",
-        accuracy=0.8,
-        loss=0.4,
-        checkpoint_path="/ckpt/r1.safetensors",
-        checkpoint_sha256=SHA,
-    )
-    assert (done.status, done.num_succeeded, done.num_failed) == ("completed", 1, 2)
-    assert (done.bytes_up, done.bytes_down) == (40, 190)
-    assert (done.accuracy, done.loss, done.checkpoint_sha256) == (0.8, 0.4, SHA)
-    assert done.finished_at is not None
-    run = store.get_run(run_id)
-    assert run is not None and (run.current_round, run.best_accuracy) == (1, 0.8)
-
-    store.start_round(
-        run_id, 2, selected=["c1"], deadline_at=_deadline(), model_version=4
-    )
-    store.update_participation(run_id, 2, "c1", status="succeeded")
-    store.finish_round(run_id, 2, status="completed", accuracy=0.6)
-    run = store.get_run(run_id)
-    assert run is not None and (run.current_round, run.best_accuracy) == (2, 0.8)
-
-    store.start_round(
-        run_id, 3, selected=["c2"], deadline_at=_deadline(), model_version=5
-    )
-    failed = store.finish_round(run_id, 3, status="failed", reason="quorum not reached")
-    assert (failed.status, failed.reason, failed.num_failed) == (
-        "failed",
-        "quorum not reached",
-        1,
-    )
-    run = store.get_run(run_id)
-    assert run is not None and run.current_round == 2  # a failed round does not count
-
-    assert [r.number for r in store.list_rounds(run_id)] == [1, 2, 3]
-    last = store.last_completed_round(run_id)
-    assert last is not None and last.number == 2
-    assert store.get_round(run_id, 1) == done
-    assert store.get_round(run_id, 9) is None
-    assert store.last_completed_round("no-run") is None
-    assert [
-        p.round_number for p in store.list_participations(run_id, client_id="c1")
-    ] == [1, 2]
-
-    with pytest.raises(StoreError, match="completed; it cannot be restarted"):
-        store.start_round(
-            run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=9
+def test_a_run_may_be_extended_but_not_below_its_rounds(store: Store) -> None:
+    run_id = run_with_clients(store, 1, rounds=2)
+    for r in (1, 2):
+        play_round(store, run_id, r, (ok("c0"),))
+    with pytest.raises(StoreError, match="exceeds total_rounds 2"):
+        store.open_round(
+            run_id, 3, num_selected=1, deadline_at=deadline(), model_version=2
         )
-    with pytest.raises(StoreError, match="not open"):
-        store.finish_round(run_id, 2, status="completed")
-    with pytest.raises(StoreError, match="unknown round"):
-        store.finish_round(run_id, 4, status="completed")
-
-
-def test_start_round_resets_an_open_or_failed_round(store: Store) -> None:
-    run_id = _run_with_clients(store, 3)
-    store.start_round(
-        run_id, 1, selected=["c0", "c1"], deadline_at=_deadline(), model_version=1
-    )
-    store.update_participation(run_id, 1, "c0", status="succeeded", bytes_up=99)
-    store.finish_round(run_id, 1, status="failed", accuracy=0.9, reason="timeout")
-
-    again = store.start_round(
-        run_id, 1, selected=["c1", "c2"], deadline_at=_deadline(), model_version=2
-    )
-    assert (again.status, again.num_selected, again.model_version) == ("open", 2, 2)
-    assert (again.accuracy, again.reason, again.finished_at, again.bytes_up) == (
-        None,
-        None,
-        None,
-        0,
-    )
-    parts = store.list_participations(run_id, 1)
-    assert [(p.client_id, p.status, p.bytes_up) for p in parts] == [
-        ("c1", "selected", 0),
-        ("c2", "selected", 0),
-    ]
-    # Restarting an open round (a coordinator restarted mid-round) works as well.
-    store.start_round(
-        run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=3
-    )
-    assert [p.client_id for p in store.list_participations(run_id, 1)] == ["c0"]
+    with pytest.raises(StoreError, match="already completed 2 rounds"):
+        store.update_run(run_id, total_rounds=1)
+    assert store.update_run(run_id, total_rounds=2).total_rounds == 2
+    extended = store.update_run(run_id, total_rounds=4, status="running")
+    assert (extended.total_rounds, extended.current_round) == (4, 2)
+    play_round(store, run_id, 3, (ok("c0"),))
     run = store.get_run(run_id)
-    assert run is not None and (run.current_round, run.best_accuracy) == (0, None)
+    assert run is not None and (run.current_round, run.total_rounds) == (3, 4)
 
 
-@pytest.mark.parametrize(
-    "number, selected, deadline, match",
-    [
-        (1, ["c0", "ghost"], _deadline(), "not enrolled"),
-        (1, ["c0", "c0"], _deadline(), "duplicate"),
-        (1, [], _deadline(), "at least one"),
-        (1, "c0", _deadline(), "list of client ids"),
-        (6, ["c0"], _deadline(), "exceeds total_rounds"),
-        (0, ["c0"], _deadline(), ">= 1"),
-        (1, ["c0"], datetime(2030, 1, 1), "timezone-aware"),
-    ],
-)
-def test_start_round_validation(
-    store: Store, number: int, selected: Any, deadline: datetime, match: str
-) -> None:
-    run_id = _run_with_clients(store, 2)
-    with pytest.raises(StoreError, match=match):
-        store.start_round(
-            run_id, number, selected=selected, deadline_at=deadline, model_version=0
-        )
-    assert store.list_rounds(run_id) == []
-    assert store.list_participations(run_id) == []
-
-
-def test_finish_round_validation(store: Store) -> None:
-    run_id = _run_with_clients(store, 1)
-    store.start_round(
-        run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=0
-    )
-    bad: list[tuple[dict[str, Any], str]] = [
-        ({"status": "open"}, "status must be one of"),
-        ({"status": "completed", "accuracy": math.nan}, "finite"),
-        ({"status": "completed", "loss": math.inf}, "finite"),
-        ({"status": "completed", "checkpoint_sha256": "xyz"}, "64 hexadecimal"),
-    ]
-    for kwargs, match in bad:
+def test_heartbeat(store: Store) -> None:
+    run = store.create_run("r", {}, {}, 3)
+    store.heartbeat(run.id, phase="training", live_clients=4)
+    first = store.get_run(run.id)
+    assert first is not None and first.heartbeat_at is not None
+    assert first.heartbeat_at.tzinfo is not None
+    assert (first.phase, first.live_clients) == ("training", 4)
+    # Only the liveness columns change.
+    assert (first.status, first.current_round, first.started_at) == ("pending", 0, None)
+    store.heartbeat(run.id, phase=None, live_clients=None)
+    second = store.get_run(run.id)
+    assert second is not None and second.heartbeat_at is not None
+    assert second.heartbeat_at >= first.heartbeat_at
+    assert (second.phase, second.live_clients) == (None, None)
+    for kwargs, match in (
+        ({"phase": "", "live_clients": 1}, "non-empty"),
+        ({"phase": "x" * 33, "live_clients": 1}, "at most 32"),
+        ({"phase": "idle", "live_clients": -1}, ">= 0"),
+        ({"phase": "idle", "live_clients": True}, "integer"),
+    ):
         with pytest.raises(StoreError, match=match):
-            store.finish_round(run_id, 1, **kwargs)
-    rnd = store.get_round(run_id, 1)
-    assert rnd is not None and rnd.status == "open"
-
-
-def test_finish_round_is_atomic(store: Store) -> None:
-    """A failure while updating the run rolls back the already-written round."""
-    run_id = _run_with_clients(store, 1)
-    store.start_round(
-        run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=0
-    )
-    store.update_participation(run_id, 1, "c0", status="succeeded", bytes_up=5)
-    seen: list[str] = []
-
-    def crash_on_run_update(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(" ".join(statement.split()[:2]))
-        if statement.lstrip().upper().startswith("UPDATE RUNS"):
-            raise RuntimeError("simulated crash between round and run updates")
-
-    engine = store._engine
-    sa.event.listen(engine, "before_cursor_execute", crash_on_run_update)
-    try:
-        with pytest.raises((StoreError, RuntimeError)):
-            store.finish_round(run_id, 1, status="completed", accuracy=0.9)
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", crash_on_run_update)
-    # The round's UPDATE reached the database before the crash ...
-    assert any(s.upper() == "UPDATE ROUNDS" for s in seen), seen
-    # ... and was rolled back with the failed run update.
-    rnd = store.get_round(run_id, 1)
-    assert rnd is not None and rnd.status == "open" and rnd.accuracy is None
-    run = store.get_run(run_id)
-    assert run is not None and (run.current_round, run.best_accuracy) == (0, None)
-
-    done = store.finish_round(run_id, 1, status="completed", accuracy=0.9)
-    run = store.get_run(run_id)
-    assert done.status == "completed"
-    assert run is not None and (run.current_round, run.best_accuracy) == (1, 0.9)
-
-
-def test_update_participation_creates_rows_and_validates(store: Store) -> None:
-    run_id = _run_with_clients(store, 3)
-    store.start_round(
-        run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=0
-    )
-    # c2 was not selected (e.g. a late volunteer): the row is created on demand.
-    store.update_participation(run_id, 1, "c2", bytes_down=10, status="late")
-    store.update_participation(run_id, 1, "c2", bytes_down=5, flags={"k": [1, 2]})
-    [row] = store.list_participations(run_id, 1, "c2")
-    assert (row.status, row.bytes_down, row.bytes_up, row.flags) == (
-        "late",
-        15,
-        0,
-        {"k": [1, 2]},
-    )
-    store.update_participation(run_id, 1, "c1")  # created with defaults
-    [row] = store.list_participations(run_id, 1, "c1")
-    assert (row.status, row.bytes_up, row.flags, row.weight) == (
-        "selected",
-        0,
-        {},
-        None,
-    )
-
-    bad: list[tuple[dict[str, Any], str]] = [
-        ({"status": "winning"}, "status must be one of"),
-        ({"bytes_up": -1}, ">= 0"),
-        ({"bytes_down": 1.5}, "integer"),
-        ({"train_loss": math.nan}, "finite"),
-        ({"duration_s": -1.0}, ">= 0"),
-        ({"weight": math.inf}, "finite"),
-        ({"flags": {"s": math.nan}}, "JSON"),
-        ({"flags": ["x"]}, "must be a dict"),
-    ]
-    for kwargs, match in bad:
-        with pytest.raises(StoreError, match=match):
-            store.update_participation(run_id, 1, "c0", **kwargs)
-    with pytest.raises(StoreError, match="unknown round"):
-        store.update_participation(run_id, 2, "c0", bytes_up=1)
-    with pytest.raises(StoreError, match="unknown client"):
-        store.update_participation(run_id, 1, "ghost", bytes_up=1)
-    [c0] = store.list_participations(run_id, 1, "c0")
-    assert (c0.status, c0.bytes_up, c0.bytes_down) == ("selected", 0, 0)
+            store.heartbeat(run.id, **kwargs)
+    assert store.get_run(run.id) == second
 
 
 # --------------------------------------------------------------------------- #
@@ -634,7 +246,7 @@ def test_update_participation_creates_rows_and_validates(store: Store) -> None:
 
 
 def test_metrics(store: Store) -> None:
-    run_id = _run_with_clients(store, 1)
+    run_id = run_with_clients(store, 1)
     other = store.create_run("other", {}, {}, 1)
     store.add_metric(run_id, "accuracy", 0.5, round_number=1)
     store.add_metrics(run_id, {"accuracy": 0.6, "loss": 1}, round_number=2)
@@ -670,7 +282,7 @@ def test_metrics(store: Store) -> None:
 
 
 def test_events(store: Store) -> None:
-    run_id = _run_with_clients(store, 1)
+    run_id = run_with_clients(store, 1)
     store.add_event(None, "coordinator_started", "up", details={"version": "0.1"})
     store.add_event(run_id, "client_enrolled", "c0 joined", client_id="c0")
     store.add_event(
@@ -720,6 +332,45 @@ def test_events(store: Store) -> None:
         store.list_events(limit=0)
 
 
+def test_add_events_cuts_messages_and_bounds_details(store: Store) -> None:
+    run_id = run_with_clients(store, 1)
+    at_limit = {"b": "x" * (MAX_DETAILS - 9)}  # '{"b": "..."}' is 4096 long
+    assert len(json.dumps(at_limit)) == MAX_DETAILS
+    store.add_events(
+        run_id,
+        [
+            EventRow("long", "a" * (MAX_MESSAGE + 500), "warning"),
+            EventRow("exact", "b" * MAX_MESSAGE, details=at_limit),
+            EventRow("client", "joined", round_number=2, client_id="c0"),
+        ],
+    )
+    by_kind = {e.kind: e for e in store.list_events(run_id)}
+    cut = by_kind["long"].message
+    # Messages may quote client input: cut, and marked as cut.
+    assert len(cut) == MAX_MESSAGE and cut.endswith("\u2026")
+    assert cut[:-1] == "a" * (MAX_MESSAGE - 1)
+    assert by_kind["exact"].message == "b" * MAX_MESSAGE
+    assert by_kind["exact"].details == at_limit
+    assert (by_kind["client"].round_number, by_kind["client"].client_id) == (2, "c0")
+
+    over = {"b": "x" * (MAX_DETAILS - 8)}
+    for bad, match in (
+        (EventRow("big", "m", details=over), f"longer than {MAX_DETAILS}"),
+        (EventRow("lvl", "m", level="debug"), "level must be one of"),
+        (EventRow("msg", None), "message must be a string"),  # type: ignore[arg-type]
+        (EventRow("", "m"), "non-empty"),
+    ):
+        # One bad event refuses the whole batch.
+        with pytest.raises(StoreError, match=match):
+            store.add_events(run_id, [EventRow("fine", "ok"), bad])
+    assert len(store.list_events(run_id)) == 3
+    store.add_events(None, [EventRow("coordinator_started", "up")])
+    assert store.list_events(kind="coordinator_started")[0].run_id is None
+    store.add_events(run_id, [])  # nothing to do
+    with pytest.raises(StoreError, match="unknown run"):
+        store.add_events("no-run", [EventRow("x", "y")])
+
+
 # --------------------------------------------------------------------------- #
 # JSON round trips                                                             #
 # --------------------------------------------------------------------------- #
@@ -740,6 +391,8 @@ _json = st.recursive(
     max_leaves=20,
 )
 _json_objects = st.dictionaries(st.text(max_size=8), _json, max_size=5)
+# Flags and scorer names: non-empty, at most 64 characters.
+_label = st.text(min_size=1, max_size=64).filter(str.strip)
 
 
 @settings(
@@ -747,28 +400,46 @@ _json_objects = st.dictionaries(st.text(max_size=8), _json, max_size=5)
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(config=_json_objects, layout=_json_objects, flags=_json_objects)
+@given(
+    config=_json_objects,
+    layout=_json_objects,
+    info=_json_objects,
+    flags=st.lists(_label, max_size=5),
+    scores=st.dictionaries(_label, st.floats(allow_nan=False, allow_infinity=False)),
+)
 def test_json_round_trips(
     store: Store,
     config: dict[str, Any],
     layout: dict[str, Any],
-    flags: dict[str, Any],
+    info: dict[str, Any],
+    flags: list[str],
+    scores: dict[str, float],
 ) -> None:
     run = store.create_run(uuid.uuid4().hex, config, layout, 1)
     stored = store.get_run(run.id)
     assert stored is not None
     assert stored.config == config and stored.layout == layout
     assert list(stored.layout) == list(layout)  # key order survives
-    store.upsert_client(run.id, "c", name="c", num_examples=0, info=flags)
+    store.upsert_client(run.id, "c", name="c", num_examples=0, info=info)
     client = store.get_client(run.id, "c")
-    assert client is not None and client.info == flags
-    store.start_round(
-        run.id, 1, selected=["c"], deadline_at=_deadline(), model_version=0
+    assert client is not None and client.info == info
+    verdict = Verdict(0.5, True, -1.5, tuple(flags))
+    play_round(
+        store,
+        run.id,
+        1,
+        (ok("c", verdict=verdict),),
+        contributions=(ContributionRow("c", None, scores, True, tuple(flags)),),
     )
-    store.update_participation(run.id, 1, "c", flags=flags)
-    assert store.list_participations(run.id, 1)[0].flags == flags
-    store.add_event(run.id, "k", "m", details=flags)
-    assert store.list_events(run.id)[0].details == flags
+    assert store.list_participations(run.id, 1)[0].verdict == verdict
+    [contribution] = store.list_contributions(run.id)
+    assert (contribution.scores, contribution.flags) == (scores, tuple(flags))
+    if len(json.dumps(info)) > MAX_DETAILS:
+        with pytest.raises(StoreError, match="event details longer than"):
+            store.add_event(run.id, "k", "m", details=info)
+    else:
+        store.add_event(run.id, "k", "m", details=info)
+        assert store.list_events(run.id)[0].details == info
 
 
 def test_json_accepts_numpy_like_scalars(store: Store) -> None:
@@ -793,102 +464,33 @@ def test_json_accepts_numpy_like_scalars(store: Store) -> None:
 def test_concurrent_writers(store: Store) -> None:
     """Four threads hammer one store; nothing is lost and nothing is locked out."""
     n_threads, n_ops = 4, 25
-    run_id = _run_with_clients(store, n_threads, rounds=2)
-    store.start_round(
-        run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=0
-    )
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(n_threads)
+    run_id = run_with_clients(store, n_threads, rounds=2)
 
     def work(t: int) -> None:
-        try:
-            barrier.wait()
-            for i in range(n_ops):
-                # Everyone adds to the same row: increments must not be lost.
-                store.update_participation(run_id, 1, "c0", bytes_up=1, bytes_down=2)
-                # Everyone races to create the same missing row on the first call.
-                store.update_participation(run_id, 1, "c3", bytes_up=1)
-                store.upsert_client(run_id, f"t{t}", name=f"thread {t}", num_examples=i)
-                store.touch_client(run_id, f"c{t}", status="active")
-                store.add_metrics(
-                    run_id, {"a": float(i), "b": float(t)}, round_number=1
-                )
-                store.add_event(run_id, "tick", f"{t}:{i}", client_id=f"c{t}")
-                store.list_participations(run_id, 1)
-                store.list_events(run_id, limit=5)
-        except BaseException as exc:  # collected and re-raised in the main thread
-            errors.append(exc)
+        for i in range(n_ops):
+            # Everyone races to create its own client, then updates it.
+            store.upsert_client(run_id, f"t{t}", name=f"thread {t}", num_examples=i)
+            store.touch_clients(run_id, [f"c{t}", "c0"], status="active")
+            store.add_metrics(run_id, {"a": float(i), "b": float(t)}, round_number=1)
+            store.add_events(
+                run_id, [EventRow("tick", f"{t}:{i}", client_id=f"c{t}")] * 2
+            )
+            store.heartbeat(run_id, phase="training", live_clients=t)
+            store.list_clients(run_id)
+            store.list_events(run_id, limit=5)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert not any(th.is_alive() for th in threads)
-    assert errors == [], errors
+    won, refused = race(n_threads, work)
+    assert refused == [] and sorted(won) == list(range(n_threads))
 
     total = n_threads * n_ops
-    [c0] = store.list_participations(run_id, 1, "c0")
-    assert (c0.bytes_up, c0.bytes_down) == (total, 2 * total)
-    [c3] = store.list_participations(run_id, 1, "c3")
-    assert c3.bytes_up == total
     assert len(store.list_metrics(run_id)) == 2 * total
-    assert len(store.list_events(run_id, kind="tick")) == total
+    assert len(store.list_events(run_id, kind="tick")) == 2 * total
     clients = {c.id: c for c in store.list_clients(run_id)}
     assert len(clients) == 2 * n_threads
     assert all(clients[f"c{t}"].status == "active" for t in range(n_threads))
     assert all(clients[f"t{t}"].num_examples == n_ops - 1 for t in range(n_threads))
-    done = store.finish_round(run_id, 1, status="completed", accuracy=0.5)
-    assert (done.bytes_up, done.bytes_down, done.num_failed) == (
-        2 * total,
-        2 * total,
-        2,
-    )
-
-
-def test_insert_races_fall_back_to_update(store: Store, db_url: str) -> None:
-    """A row created by another writer between our check and our INSERT is updated.
-
-    Provoked deterministically: just before the store's INSERT, a second
-    connection inserts and commits the same key. Only PostgreSQL can interleave
-    like this; SQLite serialises writers with BEGIN IMMEDIATE.
-    """
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite serialises writers; there is no race to provoke")
-    run_id = _run_with_clients(store, 2)
-    store.start_round(
-        run_id, 1, selected=["c0"], deadline_at=_deadline(), model_version=0
-    )
-    other = sa.create_engine(db_url)
-    competitor = {
-        "participations": (
-            "INSERT INTO participations (run_id, round_number, client_id, status,"
-            " bytes_up, bytes_down, num_examples, flags_json, updated_at)"
-            " VALUES (:run, 1, 'c1', 'downloaded', 100, 7, 0, '{}', now())"
-        ),
-        "clients": (
-            "INSERT INTO clients (run_id, id, name, status, enrolled_at,"
-            " num_examples, info_json)"
-            " VALUES (:run, 'c9', 'theirs', 'enrolled', now(), 1, '{\"a\": 1}')"
-        ),
-    }
-    fired: list[str] = []
-
-    def sneak_in(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        for table, sql in competitor.items():
-            if statement.startswith(f"INSERT INTO {table} ") and table not in fired:
-                fired.append(table)
-                with other.begin() as c:
-                    c.execute(sa.text(sql), {"run": run_id})
-
-    sa.event.listen(store._engine, "before_cursor_execute", sneak_in)
-    try:
-        store.update_participation(run_id, 1, "c1", status="succeeded", bytes_up=5)
-        client = store.upsert_client(run_id, "c9", name="mine", num_examples=3)
-    finally:
-        sa.event.remove(store._engine, "before_cursor_execute", sneak_in)
-        other.dispose()
-    assert sorted(fired) == ["clients", "participations"]
-    [row] = store.list_participations(run_id, 1, "c1")
-    assert (row.status, row.bytes_up, row.bytes_down) == ("succeeded", 105, 7)
-    assert (client.name, client.num_examples, client.info) == ("mine", 3, {"a": 1})
+    run = store.get_run(run_id)
+    assert run is not None and run.phase == "training"
+    # The store stays usable for a round afterwards.
+    done = play_round(store, run_id, 1, tuple(ok(f"c{t}") for t in range(n_threads)))
+    assert done.num_succeeded == n_threads

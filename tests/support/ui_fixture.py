@@ -1,23 +1,40 @@
 """A monitor fixture database, written only through the Store API.
 
 It holds one run in every state the pages must handle: completed (with
-stragglers, a rejected update, aggregator flags, epsilon, compression and a
-signed contribution ledger with a suspect client), running with an open round
-(and contribution scores as plain metrics), failed, pending with nothing yet, and
-a gossip run with node loss, a cut link and a heal. Other UI tests import
-:func:`build_fixture_db`; the test here checks the fixture says what they assume.
+stragglers, a rejected update, aggregator verdicts, epsilon, compression,
+contribution rows and a signed contribution ledger with a suspect client),
+running with an open round (its first round's contribution scores as plain
+metrics, no ledger), failed, pending with nothing yet, and a gossip run with node
+loss, a cut link and a heal. Rounds are written as the coordinator writes them:
+opened, then closed once with everything they record. Other UI tests import
+:func:`build_fixture_db`; the test beside it checks the fixture says what they
+assume and holds every store invariant.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import hashlib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedplat.contribution.ledger import GENESIS_HASH, chain_entries, sign_head
-from fedplat.store import Store
+from fedplat.contribution.ledger import (
+    GENESIS_HASH,
+    LedgerEntry,
+    LedgerHead,
+    chain_entries,
+    sign_head,
+)
+from fedplat.store import (
+    ContributionRow,
+    EventRow,
+    ParticipationRow,
+    Store,
+    Verdict,
+)
+from tests.support.store import deadline, play_round
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
 ACCURACY = [0.52, 0.71, 0.83]
@@ -42,68 +59,62 @@ def _enroll(store: Store, run_id: str, ids: list[str]) -> None:
         )
 
 
-def _completed_run(store: Store) -> str:
-    run = store.create_run("digits-done", _config("digits-done"), {}, total_rounds=3)
-    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
-    _enroll(store, run.id, CLIENTS)
-    deadline = datetime.now(UTC) + timedelta(minutes=5)
-    for r, acc in enumerate(ACCURACY, start=1):
-        store.start_round(
-            run.id, r, selected=CLIENTS, deadline_at=deadline, model_version=r - 1
-        )
-        for i, cid in enumerate(CLIENTS):
-            status = "succeeded"
-            if r == 2 and cid == "c3":
-                status = "late"  # a straggler
-            if r == 3 and cid == "c2":
-                status = "rejected"
-            store.update_participation(
-                run.id,
-                r,
-                cid,
-                status=status,
-                bytes_down=4000,
-                bytes_up=1000 + i,
-                num_examples=100,
-                duration_s=1.5,
-                train_loss=1.0 / r,
-                reason="update shape mismatch" if status == "rejected" else None,
-            )
-            if status != "succeeded":
-                continue
-            flags: dict[str, Any] = {"selected": True, "score": 0.1 * i, "flags": []}
-            if r == 3 and cid == "c3":
-                flags = {"selected": False, "score": 9.5, "flags": ["krum_excluded"]}
-            if r == 2 and cid == "c1":
-                flags = {"selected": True, "score": 1.2, "flags": ["clipped"]}
-            store.update_participation(run.id, r, cid, weight=0.25, flags=flags)
-        store.finish_round(run.id, r, status="completed", accuracy=acc, loss=2.0 - acc)
-        store.add_metrics(
-            run.id,
-            {"privacy.epsilon": 0.5 * r, "compression.ratio": 20.0 + r},
-            round_number=r,
-        )
-        store.add_event(
-            run.id, "round_completed", f"round {r} completed", round_number=r
-        )
-    _ledger(store, run.id)
-    store.update_run(run.id, status="completed", finished_at=datetime.now(UTC))
-    return run.id
+def _checkpoint(run: str, r: int) -> dict[str, str]:
+    path = f"/checkpoints/{run}/round-{r:05d}.safetensors"
+    return {
+        "checkpoint_path": path,
+        "checkpoint_sha256": hashlib.sha256(path.encode()).hexdigest(),
+    }
 
 
-def _ledger(store: Store, run_id: str) -> None:
-    """A signed ledger as the contribution accountant writes it: client ``c<i>``
-    earns ``0.1 * (i + 1)`` per round, except c2, a suspect free-rider in round
-    2 (credit 0)."""
-    key = Ed25519PrivateKey.generate()
-    cumulative = dict.fromkeys(CLIENTS, 0.0)
-    seq, prev = 0, GENESIS_HASH
-    for r in range(1, len(ACCURACY) + 1):
+def _done_participation(r: int, i: int, cid: str) -> ParticipationRow:
+    """Round ``r`` of the completed run: c3 straggles in round 2, c2's update is
+    rejected in round 3, Multi-Krum excludes c3 in round 3 and clips c1 in 2."""
+    status = "succeeded"
+    if r == 2 and cid == "c3":
+        status = "late"
+    if r == 3 and cid == "c2":
+        status = "rejected"
+    verdict = Verdict()
+    if status == "succeeded":
+        verdict = Verdict(weight=0.25, selected=True, score=0.1 * i)
+        if r == 3 and cid == "c3":
+            verdict = Verdict(0.0, False, 9.5, ("krum_excluded",))
+        if r == 2 and cid == "c1":
+            verdict = Verdict(0.25, True, 1.2, ("clipped",))
+    return ParticipationRow(
+        cid,
+        status,
+        bytes_up=1000 + i,
+        bytes_down=4000,
+        num_examples=100,
+        duration_s=1.5,
+        train_loss=1.0 / r,
+        verdict=verdict,
+        reason="update shape mismatch" if status == "rejected" else None,
+    )
+
+
+class _Accountant:
+    """Contribution accounting as the coordinator's accountant writes it: client
+    ``c<i>`` earns ``0.1 * (i + 1)`` per round, except c2, a suspect free-rider
+    in round 2 (credit 0). One contribution row and one signed, hash-chained
+    ledger entry per client and round."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.key = Ed25519PrivateKey.generate()
+        self.cumulative = dict.fromkeys(CLIENTS, 0.0)
+        self.seq, self.prev = 0, GENESIS_HASH
+
+    def round(
+        self, r: int
+    ) -> tuple[tuple[ContributionRow, ...], tuple[tuple[LedgerEntry, ...], LedgerHead]]:
         contents: list[dict[str, Any]] = []
         for i, cid in enumerate(CLIENTS):
             suspect = r == 2 and cid == "c2"
             credit = 0.0 if suspect else 0.1 * (i + 1)
-            cumulative[cid] += credit
+            self.cumulative[cid] += credit
             contents.append(
                 {
                     "round": r,
@@ -112,96 +123,136 @@ def _ledger(store: Store, run_id: str) -> None:
                     "credit": credit,
                     "flags": ["zero-update"] if suspect else [],
                     "suspect": suspect,
-                    "cumulative": cumulative[cid],
+                    "cumulative": self.cumulative[cid],
                 }
             )
-        total = sum(cumulative.values())
+        total = sum(self.cumulative.values())
         for c in contents:
-            c["reward_share"] = cumulative[c["client_id"]] / total
+            c["reward_share"] = self.cumulative[c["client_id"]] / total
         entries = chain_entries(
-            run_id, contents, start_seq=seq + 1, prev_hash=prev, signing_key=key
+            self.run_id,
+            contents,
+            start_seq=self.seq + 1,
+            prev_hash=self.prev,
+            signing_key=self.key,
         )
-        head = sign_head(run_id, entries[-1].seq, entries[-1].entry_hash, key)
-        store.append_ledger(run_id, entries, head)
-        seq, prev = head.seq, head.head_hash
-    # The accountant also merges its verdict into the participation's flags.
-    store.update_participation(
-        run_id,
-        2,
-        "c2",
-        flags={
-            "selected": True,
-            "score": 0.2,
-            "flags": [],
-            "contribution": {"flags": ["zero-update"], "suspect": True, "score": 0.0},
-        },
-    )
+        head = sign_head(self.run_id, entries[-1].seq, entries[-1].entry_hash, self.key)
+        self.seq, self.prev = head.seq, head.head_hash
+        rows = tuple(
+            ContributionRow(
+                c["client_id"],
+                c["credit"],
+                dict(c["scores"]),
+                c["suspect"],
+                tuple(c["flags"]),
+            )
+            for c in contents
+        )
+        return rows, (tuple(entries), head)
+
+
+def _started_run(store: Store, name: str, clients: list[str], rounds: int) -> str:
+    run = store.create_run(name, _config(name), {}, total_rounds=rounds)
+    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
+    _enroll(store, run.id, clients)
+    return run.id
+
+
+def _completed_run(store: Store) -> str:
+    run_id = _started_run(store, "digits-done", CLIENTS, 3)
+    accountant = _Accountant(run_id)
+    for r, acc in enumerate(ACCURACY, start=1):
+        contributions, ledger = accountant.round(r)
+        play_round(
+            store,
+            run_id,
+            r,
+            tuple(_done_participation(r, i, cid) for i, cid in enumerate(CLIENTS)),
+            accuracy=acc,
+            loss=2.0 - acc,
+            **_checkpoint("digits-done", r),
+            metrics={"privacy.epsilon": 0.5 * r, "compression.ratio": 20.0 + r},
+            contributions=contributions,
+            events=(
+                EventRow("round_completed", f"round {r} completed", round_number=r),
+            ),
+            ledger=ledger,
+            run_status="completed" if r == len(ACCURACY) else None,
+        )
+    return run_id
 
 
 def _running_run(store: Store) -> str:
-    run = store.create_run("digits-live", _config("digits-live"), {}, total_rounds=5)
-    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
-    _enroll(store, run.id, CLIENTS[:3])
-    deadline = datetime.now(UTC) + timedelta(minutes=5)
-    store.start_round(
-        run.id, 1, selected=CLIENTS[:3], deadline_at=deadline, model_version=0
-    )
-    for i, cid in enumerate(CLIENTS[:3]):
-        store.update_participation(
-            run.id, 1, cid, status="succeeded", bytes_up=500, bytes_down=800
-        )
+    run_id = _started_run(store, "digits-live", CLIENTS[:3], 5)
+    play_round(
+        store,
+        run_id,
+        1,
+        tuple(
+            ParticipationRow(
+                cid,
+                "succeeded",
+                bytes_up=500,
+                bytes_down=800,
+                verdict=Verdict(weight=1 / 3, selected=True),
+            )
+            for cid in CLIENTS[:3]
+        ),
+        accuracy=0.4,
+        loss=1.6,
+        **_checkpoint("digits-live", 1),
         # No ledger in this run: contribution scores come as plain metrics.
-        store.add_metrics(
-            run.id,
-            {
+        client_metrics={
+            cid: {
                 "contribution.score": 0.5 - 0.1 * i,
                 "contribution.reward_share": [0.5, 0.3, 0.2][i],
-            },
-            round_number=1,
-            client_id=cid,
-        )
-    store.finish_round(run.id, 1, status="completed", accuracy=0.4, loss=1.6)
-    store.start_round(
-        run.id, 2, selected=CLIENTS[:3], deadline_at=deadline, model_version=1
+            }
+            for i, cid in enumerate(CLIENTS[:3])
+        },
     )
-    store.update_participation(
-        run.id, 2, "c0", status="succeeded", bytes_up=500, bytes_down=800
-    )
-    store.update_participation(run.id, 2, "c1", status="downloaded", bytes_down=800)
-    return run.id
+    # Round 2 is open: nothing of it is recorded until it closes, but the
+    # coordinator's heartbeat says what it is doing.
+    store.open_round(run_id, 2, num_selected=3, deadline_at=deadline(), model_version=1)
+    store.heartbeat(run_id, phase="training", live_clients=3)
+    return run_id
 
 
 def _failed_run(store: Store) -> str:
-    run = store.create_run(
-        "digits-failed", _config("digits-failed"), {}, total_rounds=3
+    run_id = _started_run(store, "digits-failed", CLIENTS[:2], 3)
+    dropped = "no update before the round closed"
+    play_round(
+        store,
+        run_id,
+        1,
+        (
+            ParticipationRow("c0", "dropped", reason=dropped),
+            # Downloaded the model, never uploaded: dropped at close.
+            ParticipationRow("c1", "dropped", bytes_down=800, reason=dropped),
+        ),
+        status="failed",
+        reason="round 1 failed 1 times: quorum not reached: 0 updates, 2 needed",
+        events=(
+            *(
+                EventRow(
+                    "client_dropped",
+                    f"client 'client-{cid}' sent no update in round 1",
+                    "warning",
+                    1,
+                    cid,
+                )
+                for cid in CLIENTS[:2]
+            ),
+            EventRow(
+                "round_failed",
+                "round 1: quorum not reached: 0 updates, 2 needed",
+                "warning",
+                1,
+            ),
+            EventRow("run_failed", "round 1 failed 1 times", "error", 1),
+        ),
+        run_status="failed",
     )
-    store.update_run(run.id, status="running", started_at=datetime.now(UTC))
-    _enroll(store, run.id, CLIENTS[:2])
-    deadline = datetime.now(UTC) + timedelta(minutes=5)
-    store.start_round(
-        run.id, 1, selected=CLIENTS[:2], deadline_at=deadline, model_version=0
-    )
-    store.update_participation(
-        run.id, 1, "c0", status="dropped", reason="no update before the round closed"
-    )
-    store.update_participation(
-        run.id, 1, "c1", status="dropped", reason="no update before the round closed"
-    )
-    store.finish_round(
-        run.id, 1, status="failed", reason="quorum not reached: 0 updates, 2 needed"
-    )
-    store.add_event(
-        run.id,
-        "round_failed",
-        "round 1: quorum not reached: 0 updates, 2 needed",
-        level="warning",
-        round_number=1,
-    )
-    store.add_event(
-        run.id, "run_failed", "round 1 failed 1 times", level="error", round_number=1
-    )
-    store.update_run(run.id, status="failed", finished_at=datetime.now(UTC))
-    return run.id
+    return run_id
 
 
 def _pending_run(store: Store) -> str:
@@ -240,26 +291,28 @@ def _gossip_run(store: Store) -> str:
             round_number=r,
         )
         store.update_run(run.id, current_round=r)
-    store.add_event(
+    store.add_events(
         run.id,
-        "gossip_node_removed",
-        "1 node(s) removed (degree)",
-        round_number=2,
-        details={"nodes": [3], "edges": []},
-    )
-    store.add_event(
-        run.id,
-        "gossip_link_cut",
-        "1 link(s) cut",
-        round_number=2,
-        details={"nodes": [], "edges": [[0, 1]]},
-    )
-    store.add_event(
-        run.id,
-        "gossip_link_healed",
-        "1 link(s) restored",
-        round_number=3,
-        details={"nodes": [], "edges": [[0, 1]]},
+        [
+            EventRow(
+                "gossip_node_removed",
+                "1 node(s) removed (degree)",
+                round_number=2,
+                details={"nodes": [3], "edges": []},
+            ),
+            EventRow(
+                "gossip_link_cut",
+                "1 link(s) cut",
+                round_number=2,
+                details={"nodes": [], "edges": [[0, 1]]},
+            ),
+            EventRow(
+                "gossip_link_healed",
+                "1 link(s) restored",
+                round_number=3,
+                details={"nodes": [], "edges": [[0, 1]]},
+            ),
+        ],
     )
     return run.id
 

@@ -60,7 +60,9 @@ def _contribution(suspect: bool, flags: tuple[str, ...] = ()) -> ContributionRec
         ("late", Verdict(), None, "straggler"),
         ("dropped", Verdict(), None, "straggler"),
         ("rejected", Verdict(), None, "rejected"),
-        ("downloaded", Verdict(), None, "in progress"),
+        # Written at close: a client still "downloaded" never sent its update.
+        ("downloaded", Verdict(), None, "straggler"),
+        ("selected", Verdict(), None, "straggler"),
     ],
 )
 def test_verdict(
@@ -338,7 +340,8 @@ def test_monitor_subcommand_is_registered() -> None:
 def test_rounds_frame_counts_from_participations() -> None:
     from fedplat.store import ParticipationRecord, RoundRecord
 
-    # Totalled when it closed, before the third accepted update was recorded.
+    # A store from before schema 0003: the round was totalled when it closed,
+    # before its third accepted update was recorded.
     closed = RoundRecord(
         id=1, run_id="run", number=1, status="completed", started_at=NOW,
         finished_at=NOW, deadline_at=None, num_selected=3, num_succeeded=2,
@@ -347,7 +350,19 @@ def test_rounds_frame_counts_from_participations() -> None:
     )  # fmt: skip
     parts = [
         ParticipationRecord(
-            i, "run", 1, f"c{i}", "succeeded", 10, 10, 5, 1.0, None, None, {}, None, NOW
+            i,
+            "run",
+            1,
+            f"c{i}",
+            "succeeded",
+            10,
+            10,
+            5,
+            1.0,
+            None,
+            Verdict(),
+            None,
+            NOW,
         )
         for i in range(3)
     ]
@@ -356,3 +371,13 @@ def test_rounds_frame_counts_from_participations() -> None:
     # Without participations, the round's own totals stand.
     row = data.rounds_frame([closed], []).iloc[0]
     assert (row["succeeded"], row["failed"], row["bytes_up"]) == (2, 1, 20)
+    # Every status that is not a success counts as failed, as the store counts.
+    statuses = ["succeeded", "downloaded", "late", "rejected"]
+    mixed = [
+        ParticipationRecord(
+            i, "run", 1, f"c{i}", s, 1, 2, 5, None, None, Verdict(), None, NOW
+        )
+        for i, s in enumerate(statuses)
+    ]
+    row = data.rounds_frame([closed], mixed).iloc[0]
+    assert (row["succeeded"], row["failed"], row["bytes_down"]) == (1, 3, 8)

@@ -20,7 +20,8 @@ import pytest
 from fedplat.ui import APP_PATH, DB_ENV
 from streamlit.testing.v1 import AppTest
 
-from fedplat.store import Store, migrate
+from fedplat.store import Store, current_revision, head_revision, migrate
+from fedplat.store.engine import make_engine
 from tests.support.ui_fixture import ACCURACY, build_empty_db, build_fixture_db
 
 pytestmark = pytest.mark.timeout(120)
@@ -163,7 +164,9 @@ def test_runs_page_lists_every_run(db: dict[str, str]) -> None:
     assert done["progress"] == "3/3"
     assert done["participants"] == "3/4"  # round 3: one rejected update
     assert done["best_accuracy"] == pytest.approx(ACCURACY[-1])
-    assert table.loc["digits-live"]["participants"] == "1/3"
+    # The open round 2 records nothing until it closes: round 1 is shown.
+    assert table.loc["digits-live"]["participants"] == "3/3"
+    assert table.loc["digits-failed"]["participants"] == "0/2"
     assert table.loc["gossip-ring"]["mode"] == "gossip"
     assert table.loc["digits-pending"]["clients"] == 0
 
@@ -178,7 +181,7 @@ def test_run_page_completed_run_has_every_chart(db: dict[str, str]) -> None:
     got = metrics(at)
     assert got["Current round"] == "3 / 3"
     assert got["Accuracy"] == "83.00%"
-    assert got["Participants (latest round)"] == "3 / 4"
+    assert got["Participants (last closed round)"] == "3 / 4"
     drawn = charts(at)
     acc = drawn["Global accuracy"][0]
     assert list(acc["round"]) == [1, 2, 3]
@@ -214,6 +217,31 @@ def test_run_page_completed_run_has_every_chart(db: dict[str, str]) -> None:
     assert not at.error
 
 
+def test_run_page_shows_an_unbounded_epsilon_as_unbounded(
+    fixture_db: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round whose epsilon the accountant could not bound carries the
+    ``privacy.epsilon_unbounded`` flag, not a number: the page says so."""
+    from fedplat.ui import data
+
+    from fedplat.uplink.central import METRIC_EPSILON_UNBOUNDED
+
+    assert data.METRIC_EPSILON_UNBOUNDED == METRIC_EPSILON_UNBOUNDED
+    path = tmp_path / "monitor.db"
+    shutil.copy(fixture_db[0], path)
+    run_id = fixture_db[1]["digits-live"]
+    with Store(str(path), migrate=False) as store:
+        store.add_metrics(run_id, {METRIC_EPSILON_UNBOUNDED: 1.0}, round_number=1)
+    monkeypatch.setenv(DB_ENV, str(path))
+    at = open_page("run", run_id)
+    assert metrics(at)["Privacy spent (ε)"] == "unbounded"
+    assert "ε is unbounded from round 1 on" in texts(at.warning)
+    assert "Privacy spent (ε) per round" not in charts(at)
+    assert "No privacy accounting recorded" not in texts(at.info)
+
+
 def test_run_page_failed_run_says_why(db: dict[str, str]) -> None:
     at = open_page("run", db["digits-failed"])
     assert "The run failed: round 1 failed 1 times" in texts(at.error)
@@ -236,12 +264,15 @@ def test_run_page_pending_run(db: dict[str, str]) -> None:
     assert charts(at) == {}
 
 
-def test_run_page_open_round_counts_live(db: dict[str, str]) -> None:
+def test_run_page_open_round_shows_the_heartbeat(db: dict[str, str]) -> None:
     at = open_page("run", db["digits-live"])
-    assert "round 2 in progress" in at.get("progress")[0].proto.text
-    assert metrics(at)["Participants (latest round)"] == "1 / 3"
+    progress = at.get("progress")[0].proto.text
+    assert "round 2 in progress (training, 3 clients live)" in progress
+    # Nothing of round 2 is recorded before it closes: round 1 is the last word.
+    assert metrics(at)["Participants (last closed round)"] == "3 / 3"
     heat = charts(at)["Aggregator verdict per client and round"][0]
-    assert set(heat[heat["round"] == 2]["verdict"]) == {"not aggregated", "in progress"}
+    assert set(heat["round"]) == {1}
+    assert set(heat["verdict"]) == {"accepted"}
 
 
 def test_run_page_points_gossip_runs_to_the_gossip_page(db: dict[str, str]) -> None:
@@ -364,19 +395,25 @@ def test_contributions_page_shows_which_entry_was_tampered(
     assert entries.loc[4, "problem"] == ""
 
 
-def test_contributions_page_on_a_database_before_the_ledger(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("page", [None, "contributions"])
+def test_a_database_at_an_older_revision_is_named_not_read(
+    page: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    migrate(str(path), "0001")  # as written by a coordinator before migration 0002
-    with Store(str(path), migrate=False) as store:
-        store.create_run("old-run", {"run": {"name": "old-run"}}, {}, total_rounds=2)
+    # As last written by a coordinator before migration 0003 (the runs table
+    # lacks columns every query of this monitor names).
+    migrate(str(path), "0002")
     monkeypatch.setenv(DB_ENV, str(path))
-    at = open_page("contributions")
-    info = texts(at.info)
-    assert "no contribution ledger" in info
-    assert "migration 0002" in info
-    assert not at.error
+    at = open_page(page)
+    warning = texts(at.warning)
+    assert "schema revision `0002`" in warning
+    assert f"reads revision `{head_revision()}`" in warning
+    assert not at.error and not at.dataframe
+    engine = make_engine(str(path))
+    try:
+        assert current_revision(engine) == "0002"  # the monitor migrated nothing
+    finally:
+        engine.dispose()
 
 
 # --------------------------------------------------------------------------- #

@@ -31,7 +31,14 @@ def _header(run: RunRecord, rounds_open: bool) -> None:
     done = run.current_round / run.total_rounds if run.total_rounds else 0.0
     label = f"round {run.current_round} of {run.total_rounds} completed"
     if rounds_open:
+        # Nothing of an open round is recorded until it closes; the
+        # coordinator's heartbeat says what it is doing meanwhile.
         label += f"; round {run.current_round + 1} in progress"
+        live = [run.phase] if run.phase else []
+        if run.live_clients is not None:
+            live.append(f"{run.live_clients} clients live")
+        if live:
+            label += f" ({', '.join(live)})"
     st.progress(min(max(done, 0.0), 1.0), text=label)
 
 
@@ -50,10 +57,14 @@ def _body(url: str, run_id: str) -> None:
     reason = data.failure_reason(run, events)
     if reason:
         st.error(f"The run failed: {reason}")
+    elif run.status == "completed" and run.reason:
+        # e.g. a privacy budget that allowed no further round
+        st.info(f"The run stopped early: {run.reason}")
 
     completed = rounds[rounds["status"] == "completed"]
     last_acc = completed["accuracy"].dropna()
-    latest = rounds.iloc[-1] if not rounds.empty else None
+    closed = rounds[rounds["status"] != "open"]
+    latest = closed.iloc[-1] if not closed.empty else None
     cols = st.columns(5)
     cols[0].metric("Current round", f"{run.current_round} / {run.total_rounds}")
     cols[1].metric(
@@ -70,10 +81,11 @@ def _body(url: str, run_id: str) -> None:
         f"{run.best_accuracy:.2%}" if run.best_accuracy is not None else "-",
     )
     cols[3].metric(
-        "Participants (latest round)",
+        "Participants (last closed round)",
         f"{int(latest['succeeded'])} / {int(latest['selected'])}"
         if latest is not None
         else "-",
+        help="an open round's updates are recorded when it closes",
     )
     cols[4].metric(
         "Traffic",
@@ -142,27 +154,34 @@ def _body(url: str, run_id: str) -> None:
             )
     with right:
         eps = data.round_series(metrics, data.METRIC_EPSILON)
-        if eps.empty:
+        unbounded = data.round_series(metrics, data.METRIC_EPSILON_UNBOUNDED)
+        if eps.empty and unbounded.empty:
             st.info(
                 f"No privacy accounting recorded (metric `{data.METRIC_EPSILON}`): "
                 "this run does not use differential privacy, or its coordinator "
                 "predates privacy reporting."
             )
-        else:
-            bounded = eps[eps["value"] < data.EPSILON_UNBOUNDED]
-            if not bounded.empty:
-                common.show(
-                    charts.metric_chart(
-                        bounded, title="Privacy spent (ε) per round", y_title="ε"
-                    )
+        if not eps.empty:
+            common.show(
+                charts.metric_chart(
+                    eps, title="Privacy spent (ε) per round", y_title="ε"
                 )
-            if len(bounded) < len(eps):
-                first = int(eps[eps["value"] >= data.EPSILON_UNBOUNDED]["round"].min())
-                st.warning(
-                    f"ε is unbounded from round {first} on: the accountant can no "
-                    "longer bound the privacy loss (noise too small for the "
-                    "rounds run)."
+            )
+            ceiling = data.round_series(metrics, data.METRIC_MAX_EPSILON)
+            if not ceiling.empty:
+                st.caption(
+                    f"ε spent {eps['value'].iloc[-1]:.3g} of the budget "
+                    f"{ceiling['value'].iloc[-1]:.3g}: the round that would pass "
+                    "it is not run."
                 )
+        if not unbounded.empty:
+            first = int(unbounded["round"].min())
+            st.metric("Privacy spent (ε)", "unbounded")
+            st.warning(
+                f"ε is unbounded from round {first} on: the accountant can no "
+                "longer bound the privacy loss (noise too small for the "
+                "rounds run)."
+            )
 
     st.subheader("Aggregator verdicts")
     if parts.empty:

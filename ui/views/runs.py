@@ -56,7 +56,7 @@ def render() -> None:
                     "rounds done", help="completed rounds / total rounds"
                 ),
                 "participants": st.column_config.TextColumn(
-                    help="succeeded / selected clients in the latest round"
+                    help="succeeded / selected clients in the latest closed round"
                 ),
                 "clients": st.column_config.NumberColumn("enrolled"),
                 "best_accuracy": st.column_config.ProgressColumn(

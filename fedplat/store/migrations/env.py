@@ -12,7 +12,7 @@ import logging.config
 import os
 
 from alembic import context
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from fedplat.store.engine import WRITE_TRANSACTION_OPTION, make_engine
 from fedplat.store.models import Base
@@ -55,6 +55,33 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
+    """Switch SQLite's foreign-key enforcement on the raw connection.
+
+    Batch mode rebuilds a table by copying it and dropping the original; with
+    enforcement on, that DROP TABLE deletes every row first and its ON DELETE
+    CASCADE empties the child tables (rebuilding ``clients`` would delete every
+    participation). The pragma is a no-op inside a transaction, so it is set
+    on the DBAPI connection, which runs in autocommit mode (engine.py), before
+    SQLAlchemy begins one.
+    """
+    dbapi = connection.connection.dbapi_connection
+    assert dbapi is not None
+    cursor = dbapi.cursor()
+    try:
+        cursor.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    finally:
+        cursor.close()
+
+
+def _check_sqlite_foreign_keys(connection: Connection) -> None:
+    # Enforcement was off while the tables were rebuilt: prove nothing dangles
+    # before committing (raising rolls the whole migration back).
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise RuntimeError(f"migration left dangling foreign keys: {broken[:5]}")
+
+
 def run_migrations_online() -> None:
     """Run the migrations on a live connection."""
     given = config.attributes.get("engine")
@@ -64,30 +91,43 @@ def run_migrations_online() -> None:
         # file must queue on the busy timeout instead of failing mid-migration.
         writer = engine.execution_options(**{WRITE_TRANSACTION_OPTION: True})
         with writer.connect() as connection:
-            context.configure(
-                connection=connection,
-                target_metadata=target_metadata,
-                # SQLite cannot ALTER most things; batch mode rebuilds the table.
-                render_as_batch=connection.dialect.name == "sqlite",
-                # SQLite's DDL is transactional once SQLAlchemy, not the sqlite3
-                # module, emits BEGIN (engine.py); Alembic assumes otherwise and
-                # would commit after each revision, leaving half-upgraded files.
-                transactional_ddl=True,
-                compare_type=True,
-            )
-            with context.begin_transaction():
-                if connection.dialect.name == "postgresql":
-                    # Serialise concurrent migrators (several services starting
-                    # at once); released at commit. SQLite's BEGIN IMMEDIATE
-                    # already does this.
-                    connection.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"),
-                        {"key": _PG_MIGRATION_LOCK_KEY},
-                    )
-                context.run_migrations()
+            sqlite = connection.dialect.name == "sqlite"
+            if sqlite:
+                _sqlite_foreign_keys(connection, False)
+            try:
+                _migrate(connection, sqlite)
+            finally:
+                if sqlite:
+                    # The connection goes back to the store's pool.
+                    _sqlite_foreign_keys(connection, True)
     finally:
         if engine is not given:
             engine.dispose()
+
+
+def _migrate(connection: Connection, sqlite: bool) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        # SQLite cannot ALTER most things; batch mode rebuilds the table.
+        render_as_batch=sqlite,
+        # SQLite's DDL is transactional once SQLAlchemy, not the sqlite3
+        # module, emits BEGIN (engine.py); Alembic assumes otherwise and
+        # would commit after each revision, leaving half-upgraded files.
+        transactional_ddl=True,
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Serialise concurrent migrators (several services starting at
+            # once); released at commit. SQLite's BEGIN IMMEDIATE already does.
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"),
+                {"key": _PG_MIGRATION_LOCK_KEY},
+            )
+        context.run_migrations()
+        if sqlite:
+            _check_sqlite_foreign_keys(connection)
 
 
 if context.is_offline_mode():

@@ -1,6 +1,6 @@
 """Compiled selection networks: coordinate-wise order statistics in one pass.
 
-The eager column sort of :mod:`fedplat.aggregators.order_stats` runs a bitonic
+The eager column sort of :mod:`fedplat.aggregators.kernels.bitonic` runs a bitonic
 network as ~90 small torch ops per block of columns; every op streams its block
 through L2, so a ``[50, 1e6]`` median costs ~40 plain means. Here the same idea
 (sort every column with a fixed comparator network of ``torch.minimum`` /
@@ -49,7 +49,10 @@ MIN_COLUMNS = 1 << 17
 # takes too long to compile; the eager path handles them.
 MAX_ROWS = 128
 
-Reduction = Callable[[list[torch.Tensor]], tuple[torch.Tensor, ...]]
+# A rule's per-column maths over the sorted values of a column: ``s[r]`` is the
+# ``r``-th smallest value of every column; returns ``(aggregate, lowest kept,
+# highest kept)`` (see ``order_stats.ColumnReduction``).
+Reduction = Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]]
 
 
 def _odd_even_merge_sort(size: int) -> list[tuple[int, int]]:
@@ -74,7 +77,21 @@ def comparators(
     n: int, ranks: tuple[int, ...] | None = None
 ) -> tuple[tuple[int, int], ...]:
     """A comparator network leaving rows ``ranks`` (all rows when ``None``) of an
-    ``n``-row input holding its sorted values (ascending)."""
+    ``n``-row input holding its sorted values (ascending).
+
+    Examples
+    --------
+    Batcher's network for 4 rows is (0, 1), (2, 3), (0, 2), (1, 3), (1, 2); for 3
+    rows the comparators touching the padding row 3 are dropped:
+
+    >>> comps = comparators(3)
+    >>> comps
+    ((0, 1), (0, 2), (1, 2))
+    >>> torch.stack(apply_network(torch.tensor([[3.0], [1.0], [2.0]]).unbind(0), comps))
+    tensor([[1.],
+            [2.],
+            [3.]])
+    """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     size = 1 << max(0, (n - 1).bit_length())
@@ -101,62 +118,6 @@ def apply_network(
         a, b = v[i], v[j]
         v[i], v[j] = torch.minimum(a, b), torch.maximum(a, b)
     return v
-
-
-def median_reduction(n: int) -> tuple[tuple[int, ...], Reduction]:
-    """``(median, lower middle, upper middle)``; the mean of the two middle values
-    for even ``n``."""
-    lo, hi = (n - 1) // 2, n // 2
-
-    def reduce(s: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        med = s[lo] if lo == hi else 0.5 * (s[lo] + s[hi])
-        return med, s[lo], s[hi]
-
-    return (lo, hi) if lo != hi else (lo,), reduce
-
-
-def trimmed_mean_reduction(n: int, trim: int) -> tuple[tuple[int, ...], Reduction]:
-    """``(mean of ranks trim..n-trim-1, smallest kept, largest kept)``."""
-    if not 0 <= 2 * trim < n:
-        raise ValueError(f"trimmed mean needs 0 <= 2*trim < n, got trim={trim}, n={n}")
-    middle = tuple(range(trim, n - trim))
-
-    def reduce(s: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        total = s[trim]
-        for r in middle[1:]:
-            total = total + s[r]
-        return total / len(middle), s[middle[0]], s[middle[-1]]
-
-    return middle, reduce
-
-
-def meamed_reduction(n: int, f: int) -> tuple[tuple[int, ...] | None, Reduction]:
-    """``(mean of the n - f values closest to the median, window's smallest,
-    window's largest)``; same windows and tie rule (lowest window) as
-    :func:`fedplat.aggregators.order_stats.closest_window`."""
-    if not 0 <= f < n:
-        raise ValueError(f"MeaMed needs 0 <= f < n, got f={f}, n={n}")
-    keep = n - f
-    lo, hi = (n - 1) // 2, n // 2
-
-    def reduce(s: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        med = 0.5 * (s[lo] + s[hi])
-        total = s[0]
-        for r in range(1, keep):
-            total = total + s[r]
-        best_sum, first, last = total, s[0], s[keep - 1]
-        best_cost = torch.maximum(med - s[0], s[keep - 1] - med)
-        for i in range(1, n - keep + 1):
-            total = total + (s[i + keep - 1] - s[i - 1])
-            cost = torch.maximum(med - s[i], s[i + keep - 1] - med)
-            better = cost < best_cost  # strict: ties keep the lower window
-            best_cost = torch.where(better, cost, best_cost)
-            best_sum = torch.where(better, total, best_sum)
-            first = torch.where(better, s[i], first)
-            last = torch.where(better, s[i + keep - 1], last)
-        return best_sum / keep, first, last
-
-    return None, reduce
 
 
 def sorted_reduce(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 
 import numpy as np
 import pytest
 import torch
-from fedplat.aggregators import fused_sort as fs
-from fedplat.aggregators import order_stats as os_
+from fedplat.aggregators import coordinatewise as cw
+from fedplat.aggregators.kernels import fused_sort as fs
+from fedplat.aggregators.kernels import order_stats as os_
+from fedplat.aggregators.kernels.order_stats import ColumnReduction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,35 +57,51 @@ def test_pruning_saves_comparators_and_padding_rows_are_dropped() -> None:
         fs.comparators(0)
 
 
-@settings(max_examples=60, deadline=None)
+def reductions(n: int) -> list[ColumnReduction]:
+    """Every coordinate-wise rule's reduction for ``n`` rows."""
+    out = [ColumnReduction(("median", n), None, cw.median_of_sorted)]
+    for trim in range(0, (n - 1) // 2 + 1):
+        out.append(
+            ColumnReduction(
+                ("trimmed_mean", n, trim),
+                tuple(range(trim, n - trim)),
+                functools.partial(cw.trimmed_mean_of_sorted, trim=trim),
+            )
+        )
+    for f in range(n):
+        out.append(
+            ColumnReduction(
+                ("meamed", n, f), None, functools.partial(cw.meamed_of_sorted, f=f)
+            )
+        )
+    return out
+
+
+@settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 40),
     d=st.integers(1, 5),
     seed=st.integers(0, 2**31 - 1),
     ties=st.booleans(),
 )
-def test_reductions_match_the_eager_rules(
+def test_network_reductions_match_a_plain_sort(
     n: int, d: int, seed: int, ties: bool
 ) -> None:
+    """What the compiled kernel computes (the comparator network, pruned to the
+    ranks a reduction reads, then the reduction) equals the reduction over
+    ``torch.sort``'s columns and the eager bitonic path."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=gen)
     if ties:
         x = x.round()
-    med, lo, hi = fs.sorted_reduce(x, *fs.median_reduction(n))
-    assert torch.equal(med, os_.coordinate_median(x).aggregate)
-    assert torch.equal(lo, x.sort(dim=0).values[(n - 1) // 2])
-    assert torch.equal(hi, x.sort(dim=0).values[n // 2])
-    for trim in range(0, (n - 1) // 2 + 1):
-        got, first, last = fs.sorted_reduce(x, *fs.trimmed_mean_reduction(n, trim))
-        want = os_.coordinate_trimmed_mean(x, trim).aggregate
-        assert torch.allclose(got, want, atol=1e-5)
-        s = x.sort(dim=0).values
-        assert torch.equal(first, s[trim]) and torch.equal(last, s[n - trim - 1])
-    for f in range(n):
-        got, first, last = fs.sorted_reduce(x, *fs.meamed_reduction(n, f))
-        ref_mean, ref_first, ref_last = os_.closest_window(x.sort(dim=0).values, n - f)
-        assert torch.allclose(got, ref_mean, atol=1e-5)
-        assert torch.equal(first, ref_first) and torch.equal(last, ref_last)
+    rows = list(x.sort(dim=0).values.unbind(0))
+    for red in reductions(n):
+        got = fs.sorted_reduce(x, red.ranks, red.reduce)
+        want = red.reduce(rows)
+        eager = os_.reduce_columns(x, red)
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a, b), red.key
+        assert torch.equal(eager.aggregate, want[0]), red.key
 
 
 def test_mode_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,16 +122,21 @@ def test_compiled_kernels_agree_with_the_eager_network(
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(7, 5000, generator=gen)
     x[:, :100] = x[:, :100].round()  # ties
+    # MeaMed traps: the five values closest to the median 1 are 0, 1,
+    # 1.5, 1.6, 1.7 (mean 1.16; the lowest window of largest distance 1 would
+    # give 0.5), and a huge excluded value must not touch the mean.
+    x[:, 100] = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.5, 1.6, 1.7])
+    x[:, 101] = torch.tensor([-1e7, 1.2, 1.3, 1.25, 1.35, 1.45, 1.0])
     eager = {}
     monkeypatch.setenv("FEDPLAT_FUSED_ORDER_STATS", "0")
-    eager["median"] = os_.coordinate_median(x)
-    eager["trimmed_mean"] = os_.coordinate_trimmed_mean(x, 2)
-    eager["meamed"] = os_.coordinate_meamed(x, 2)
+    eager["median"] = cw.coordinate_median(x)
+    eager["trimmed_mean"] = cw.coordinate_trimmed_mean(x, 2)
+    eager["meamed"] = cw.coordinate_meamed(x, 2)
     monkeypatch.setenv("FEDPLAT_FUSED_ORDER_STATS", "sync")
     fused = {
-        "median": os_.coordinate_median(x),
-        "trimmed_mean": os_.coordinate_trimmed_mean(x, 2),
-        "meamed": os_.coordinate_meamed(x, 2),
+        "median": cw.coordinate_median(x),
+        "trimmed_mean": cw.coordinate_trimmed_mean(x, 2),
+        "meamed": cw.coordinate_meamed(x, 2),
     }
     for key in [("median", 7), ("trimmed_mean", 7, 2), ("meamed", 7, 2)]:
         assert (*key, torch.float32) in fs._KERNELS._ready, key  # really compiled
@@ -121,14 +145,18 @@ def test_compiled_kernels_agree_with_the_eager_network(
         assert torch.allclose(fused[name].aggregate, eager[name].aggregate, atol=1e-6)
     for name in fused:
         assert torch.allclose(fused[name].kept, eager[name].kept)
+    meamed = fused["meamed"].aggregate.double()
+    assert float(meamed[100]) == pytest.approx(5.8 / 5, rel=1e-7)
+    closest = torch.tensor([1.2, 1.3, 1.25, 1.35, 1.45]).double()  # drops 1.0
+    assert float(meamed[101]) == pytest.approx(float(closest.mean()), rel=1e-7)
     # NaN rows propagate (the rules drop non-finite rows before sorting).
     y = x.clone()
     y[3, 10] = float("nan")
-    assert torch.isnan(os_.coordinate_median(y).aggregate[10])
+    assert torch.isnan(cw.coordinate_median(y).aggregate[10])
     # Other column counts reuse the kernel (dynamic shapes) and stay exact.
     z = torch.randn(7, 333, generator=gen)
     assert np.array_equal(
-        os_.coordinate_median(z).aggregate.numpy(), np.median(z.numpy(), axis=0)
+        cw.coordinate_median(z).aggregate.numpy(), np.median(z.numpy(), axis=0)
     )
 
 
@@ -145,10 +173,10 @@ def test_compile_failure_falls_back_with_one_warning(
     monkeypatch.setenv("FEDPLAT_FUSED_ORDER_STATS", "1")  # background compile
     x = torch.randn(6, 40)
     with caplog.at_level(logging.WARNING, logger=fs.__name__):
-        first = os_.coordinate_median(x)  # eager while the compile (fails) runs
+        first = cw.coordinate_median(x)  # eager while the compile (fails) runs
         assert fs.wait(timeout=30)
-        second = os_.coordinate_median(x)  # eager for good
-        os_.coordinate_trimmed_mean(x, 1)
+        second = cw.coordinate_median(x)  # eager for good
+        cw.coordinate_trimmed_mean(x, 1)
         assert fs.wait(timeout=30)
     want = torch.from_numpy(np.median(x.numpy(), axis=0))
     assert torch.equal(first.aggregate, want) and torch.equal(second.aggregate, want)
@@ -170,7 +198,7 @@ def test_a_kernel_that_raises_is_dropped_for_the_eager_network(
     monkeypatch.setattr(fs, "MIN_COLUMNS", 8)
     monkeypatch.setenv("FEDPLAT_FUSED_ORDER_STATS", "1")
     x = torch.randn(5, 30)
-    got = os_.coordinate_median(x).aggregate
+    got = cw.coordinate_median(x).aggregate
     assert torch.equal(got, torch.from_numpy(np.median(x.numpy(), axis=0)))
     assert ("median", 5, torch.float32) in kernels._failed
     assert not kernels.compiled_keys()

@@ -1,0 +1,1 @@
+"""A Flower app using fedplat's strategy and uplink mod (see pyproject.toml)."""
