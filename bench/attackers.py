@@ -10,7 +10,9 @@ attack aimed at is unchanged (see each class's ``criterion``).
 
 ``admitted`` attackers hold an enrolment token, as a compromised device
 would: they are clients of the run, selected like the others, and attack from
-inside; the others never had a token.
+inside. ``has_token`` attackers hold a valid token they never enrol with (the
+identity takeover uses it to claim another client's id); the others never had
+a token.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Attacker:
     name: ClassVar[str]
     criterion: ClassVar[str]
     admitted: ClassVar[bool] = False
+    #: Holds a valid enrolment token (every admitted attacker does).
+    has_token: ClassVar[bool] = False
     #: Start before the honest clients connect (to compete with them).
     early: ClassVar[bool] = False
 
@@ -185,6 +189,7 @@ class IdentityTakeover(Attacker):
         "refused; the victim's registered key unchanged and its updates "
         "aggregated in every round"
     )
+    has_token = True
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
@@ -282,24 +287,37 @@ class StoreFlooding(Attacker):
 class Replay(Attacker):
     name = "replay"
     criterion = (
-        "every replayed update (a closed task's, signed for it), cross-round, "
-        "cross-run and foreign-task upload refused; none aggregated; the "
-        "records of every completed round identical before and after"
+        "the attacker's own accepted update replayed at once and after its "
+        "round closed, a download after the upload, and cross-round, cross-run "
+        "and foreign-task uploads all refused; it has at most one succeeded "
+        "participation per round (its own update); the records of every "
+        "completed round identical before and after"
     )
     admitted = True
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.snapshots: list[dict[int, str]] = []
+        self.sent: list[list[pb.UpdateChunk]] = []  # its accepted uploads
+        self.own = Counter[str]()
 
     def step(self, stop: threading.Event) -> None:
         t = self.next_task(stop)
         if t is None:
             return
-        c, data = self.client, self.payload(1e-3)
+        c, data = self.client, self.payload(0.0)
         self.snapshots.append(snapshot(self.dep))
-        for old in self.tasks[:-1]:  # signed for a task whose round closed
-            self.call(lambda old=old: c.upload(c.update(old, data)))
+        for old in self.sent:  # its own updates of rounds that closed
+            self.call(lambda old=old: c.upload(old))
+        own = c.update(t, data)
+        try:  # its own, honest-looking update (not part of the attack)
+            c.upload(own)
+            self.own["OK"] += 1
+            self.sent.append(own)
+        except grpc.RpcError as exc:
+            self.own[exc.code().name] += 1
+        self.call(lambda: c.upload(own))  # replayed at once
+        self.call(lambda: c.download(t))  # a download after the upload
         self.call(lambda: c.upload(c.update(t, data, round=t.round + 1)))
         run_id, c.run_id = c.run_id, "another-run"
         self.call(lambda: c.upload(c.update(t, data)))
@@ -310,7 +328,6 @@ class Replay(Attacker):
     def extra_evidence(
         self, store: Store, run_id: str, facts: dict[str, Any]
     ) -> dict[str, Any]:
-        base = super().extra_evidence(store, run_id, facts)
         final = snapshot(self.dep)
         changed = sorted(
             {
@@ -320,8 +337,20 @@ class Replay(Attacker):
                 if final.get(n) != rec
             }
         )
+        me = self._my_clients(store, run_id)
+        per_round = Counter(
+            r.number
+            for r in store.list_rounds(run_id)
+            for p in store.list_participations(run_id, r.number)
+            if p.client_id in me and p.status == "succeeded"
+        )
         return {
-            "blocked": base["blocked"] and not changed,
+            "blocked": facts["accepted_requests"] == 0
+            and sum(self.codes.values()) > 0
+            and max(per_round.values(), default=0) <= 1
+            and not changed,
+            "own_updates": dict(self.own),
+            "attacker_succeeded_per_round_max": max(per_round.values(), default=0),
             "closed_rounds_changed": changed,
         }
 

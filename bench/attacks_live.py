@@ -29,6 +29,11 @@ row ``weight_inflation_run_cap_only`` repeats that attack with tokens that
 carry no cap, leaving only the run's ``aggregator.max_examples_per_client``
 (default 100,000).
 
+The gossip rows (``gossip`` in the JSON) are issue 11's attacks on gossip
+peers: poisoning, address redirection and freezing by idle streams, against
+three ``fedplat gossip node`` processes under mutual TLS
+(:mod:`bench.attacks_gossip` describes them and their evidence).
+
 Usage::
 
     nice -n 10 python -m bench.attacks_live          # 9 runs (~20 minutes)
@@ -44,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/attacks_live.py``
     sys.path.insert(0, str(REPO))
 
 from bench.attackers import ATTACKS, Attacker  # noqa: E402
+from bench.attacks_gossip import GOSSIP_ATTACKS, run_gossip  # noqa: E402
 from bench.common import environment, write_results  # noqa: E402
 from bench.deploy import (  # noqa: E402
     MODEL,
@@ -78,10 +84,14 @@ class Setup:
     seed: int
     token_max_examples: int  # what the operator registers per client
     attacks: tuple[str, ...]
+    gossip_rounds: int
+    gossip_attacks: tuple[str, ...]
 
 
-FULL = Setup(8, 10, 0, 180, (*ATTACKS, RUN_CAP_ONLY))
-TINY = Setup(4, 3, 0, 180, ("sybil_flood", "huge_magnitude_rows"))
+FULL = Setup(8, 10, 0, 180, (*ATTACKS, RUN_CAP_ONLY), 20, tuple(GOSSIP_ATTACKS))
+TINY = Setup(
+    4, 3, 0, 180, ("sybil_flood", "huge_magnitude_rows"), 4, ("gossip_poisoning",)
+)
 
 
 class RssWatch:
@@ -143,7 +153,10 @@ def run_one(
             run_id, layout = run.id, Layout.from_dict(run.layout)
         if kind is not None:
             attacker = kind(
-                dep, layout, tokens[n] if kind.admitted else None, setup.seed
+                dep,
+                layout,
+                tokens[n] if kind.admitted or kind.has_token else None,
+                setup.seed,
             )
             thread = threading.Thread(target=attacker.run, args=(stop,), daemon=True)
         early = kind is not None and kind.early
@@ -204,6 +217,27 @@ def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
         "no_attack_accuracy": base["final_accuracy"],
         "no_attack": base,
         "rows": rows,
+        "gossip": run_gossip_rows(setup, workdir / "gossip", say),
+    }
+
+
+def run_gossip_rows(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
+    """The peers' reference run and one run per gossip attack
+    (:mod:`bench.attacks_gossip`)."""
+    if not setup.gossip_attacks:
+        return {"no_attack_accuracy": None, "no_attack": None, "rows": []}
+    say("gossip run without attack")
+    base = run_gossip(None, workdir / "none", setup.gossip_rounds, setup.seed)
+    rows = []
+    for name in setup.gossip_attacks:
+        say(f"gossip attack {name}")
+        row = run_gossip(name, workdir / name, setup.gossip_rounds, setup.seed)
+        say(f"  blocked {row['blocked']}, accuracy {row['final_accuracy']}")
+        rows.append(row)
+    return {
+        "no_attack_accuracy": base["final_accuracy"],
+        "no_attack": base,
+        "rows": rows,
     }
 
 
@@ -220,16 +254,34 @@ def render_markdown(results: dict[str, Any]) -> str:
     )
     for row in results["rows"]:
         lines.append("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    gossip = results["gossip"]
+    if gossip["rows"]:
+        keys = (
+            "attack", "blocked", "honest_rounds_completed", "final_accuracy",
+            "peer_peak_rss_mb",
+        )  # fmt: skip
+        ref = gossip["no_attack"]
+        lines += ["", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines.append(
+            f"| none (reference) | - | {ref['honest_rounds_completed']} | "
+            f"{gossip['no_attack_accuracy']} | {ref['peer_peak_rss_mb']} |"
+        )
+        for row in gossip["rows"]:
+            lines.append("| " + " | ".join(str(row[k]) for k in keys) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _goal_met(body: dict[str, Any]) -> bool:
     ref = body["no_attack_accuracy"]
+    gossip = body["gossip"]
     return all(
         r["blocked"]
         and abs(r["final_accuracy"] - ref) <= 0.01
         and r["store_growth_mb"] < 1.0
         for r in body["rows"]
+    ) and all(
+        r["blocked"] and abs(r["final_accuracy"] - gossip["no_attack_accuracy"]) <= 0.01
+        for r in gossip["rows"]
     )
 
 
@@ -249,8 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         print(render_markdown(json.loads(args.out.read_text())), end="")
         return 0
     setup = TINY if args.tiny else FULL
-    if args.only:
-        setup = Setup(**{**asdict(setup), "attacks": tuple(args.only)})
+    if args.only is not None:
+        setup = replace(
+            setup,
+            attacks=tuple(a for a in args.only if a not in GOSSIP_ATTACKS),
+            gossip_attacks=tuple(a for a in args.only if a in GOSSIP_ATTACKS),
+        )
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fedplat-attacks-") as tmp:
         workdir = args.workdir or Path(tmp)

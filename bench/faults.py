@@ -77,8 +77,10 @@ class Setup:
     seed: int
 
 
-FULL = Setup(clients=8, rounds=60, kills=20, kill_after=(1.0, 12.0), seed=0)
-TINY = Setup(clients=3, rounds=8, kills=2, kill_after=(4.0, 10.0), seed=0)
+# Rounds enough that the run outlasts every kill: a coordinator lives at most
+# kill_after[1] seconds per cycle, part of it starting up.
+FULL = Setup(clients=8, rounds=200, kills=20, kill_after=(1.0, 25.0), seed=0)
+TINY = Setup(clients=3, rounds=30, kills=2, kill_after=(3.0, 8.0), seed=0)
 
 
 # ------------------------------------------------------------ the store's view
@@ -109,6 +111,7 @@ def audit(dep: Deployment, snapshots: list[dict[int, str]]) -> dict[str, Any]:
         )
         resumed = len(store.list_events(run.id, kind="run_resumed"))
         status = run.status
+        runs = len(store.list_runs())
     dup_updates = sum(n - 1 for n in succeeded.values() if n > 1)
     dup_rounds = sum(n - 1 for n in completions.values() if n > 1)
     return {
@@ -120,6 +123,7 @@ def audit(dep: Deployment, snapshots: list[dict[int, str]]) -> dict[str, Any]:
         "completed_rounds": len(final),
         "run_status": status,
         "run_resumed_events": resumed,
+        "runs_in_store": runs,
     }
 
 

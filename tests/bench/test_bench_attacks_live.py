@@ -2,12 +2,16 @@
 default secure configuration, a sybil flood and huge-magnitude rows are blocked
 (decided from the store and the attacker's refused requests), the honest
 clients complete every round with the accuracy of the run without attack, and
-the store grows by less than 1 MB; and docs/security.md quotes the committed
-attacks_live.json."""
+the store grows by less than 1 MB; gossip poisoning of three peer processes is
+refused and the peers finish with the accuracy of the run without attack; and
+docs/security.md quotes the committed attacks_live.json."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -35,6 +39,17 @@ def test_tiny_attacks_are_blocked_and_honest_clients_unaffected(
         assert row["store_check"] == "ok"
     sybil = res["rows"][0]["evidence"]
     assert sybil["clients_in_store"] == res["setup"]["clients"]
+    # Gossip: the poisoner's every call refused, peers finish and learn.
+    gossip = res["gossip"]
+    assert [r["attack"] for r in gossip["rows"]] == ["gossip_poisoning"]
+    (poison,) = gossip["rows"]
+    ev = poison["evidence"]
+    assert poison["blocked"] is True, ev
+    assert ev["accepted_requests"] == 0 and sum(ev["requests"].values()) > 0
+    assert ev["peers_refused"].get("push:permission_denied", 0) > 0
+    assert not any(ev["non_member_neighbours"].values())
+    assert poison["honest_rounds_completed"] == res["setup"]["gossip_rounds"]
+    assert abs(poison["final_accuracy"] - gossip["no_attack_accuracy"]) <= 0.01
 
 
 def test_docs_quote_the_committed_results(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,3 +60,49 @@ def test_docs_quote_the_committed_results(monkeypatch: pytest.MonkeyPatch) -> No
     begin, end = "<!-- attacks-table:begin -->\n", "<!-- attacks-table:end -->"
     quoted = doc[doc.index(begin) + len(begin) : doc.index(end)]
     assert quoted == render_markdown(json.loads(RESULTS.read_text()))
+
+
+def _peer(node_id: str, rounds: int, neighbours: dict[str, str]) -> Any:
+    from fedplat.gossip.messages import NeighbourView, PeerStatus
+
+    views = tuple(
+        NeighbourView(i, a, True, False, rounds, 0.1, 0, 0)
+        for i, a in neighbours.items()
+    )
+    return PeerStatus(node_id, rounds, True, 0.9, 100, "", 0, "", 0, 0, None, views)
+
+
+def test_gossip_verdict_is_not_blocked_when_the_attack_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gossip rows' ``blocked`` turns False on any sign of success: an
+    accepted call, a stranger among the neighbours, member 1 at another
+    address, or a peer short of its rounds."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.attacks_gossip import ROGUE_ADDRESS, GossipAttacker
+
+    addr = {"0": "127.0.0.1:1", "1": "127.0.0.1:2", "2": "127.0.0.1:3"}
+    ring = SimpleNamespace(rounds=5, address=addr.__getitem__)
+    attacker = GossipAttacker(ring, 0)  # type: ignore[arg-type]
+
+    def verdict(codes: dict[str, int], **over: dict[str, str] | int) -> bool:
+        attacker.codes = Counter(codes)
+        final = {
+            "0": _peer("0", 5, {"1": addr["1"], "2": addr["2"]}),
+            "1": _peer("1", 5, {"0": addr["0"], "2": addr["2"]}),
+            "2": _peer("2", 5, {"0": addr["0"], "1": addr["1"]}),
+        }
+        if "neighbours" in over:
+            final["0"] = _peer("0", 5, over["neighbours"])  # type: ignore[arg-type]
+        if "rounds" in over:
+            final["2"] = _peer("2", over["rounds"], {"1": addr["1"]})  # type: ignore[arg-type]
+        return bool(attacker.evidence(final)["blocked"])
+
+    assert verdict({"PERMISSION_DENIED": 3}) is True
+    assert verdict({}) is False  # no attack made
+    assert verdict({"PERMISSION_DENIED": 3, "OK": 1}) is False
+    stranger = {"1": addr["1"], "2": addr["2"], "outsider": "127.0.0.1:9"}
+    assert verdict({"PERMISSION_DENIED": 3}, neighbours=stranger) is False
+    moved = {"1": ROGUE_ADDRESS, "2": addr["2"]}
+    assert verdict({"PERMISSION_DENIED": 3}, neighbours=moved) is False
+    assert verdict({"PERMISSION_DENIED": 3}, rounds=4) is False

@@ -19,8 +19,11 @@ def _check(res: dict, kills: int) -> None:
     assert res["store_check"] == "ok"
     assert res["completed_rounds"] == res["setup"]["rounds"]
     assert res["disturbed"]["run_status"] == "completed"
-    # Every restart resumed the run (none started it over).
-    assert res["disturbed"]["run_resumed_events"] >= kills - 1
+    # Restarts resumed the one run (none started another); a restart killed
+    # before it opened the store leaves no ``run_resumed`` event, so only the
+    # last one is sure to.
+    assert res["disturbed"]["runs_in_store"] == 1
+    assert res["disturbed"]["run_resumed_events"] >= 1
     assert res["accuracy_gap_points"] <= 1.0
     assert res["goal_met"] is True
 
