@@ -61,6 +61,7 @@ class Attacker:
         self.client = self.raw(NAME, token or "")
         self.tasks: list[pb.Task] = []
         self.run_id = ""
+        self.error: str | None = None
 
     def raw(self, name: str, token: str = "") -> RawClient:
         return RawClient(
@@ -86,12 +87,15 @@ class Attacker:
 
     # ------------------------------------------------------------ running
     def run(self, stop: threading.Event) -> None:
-        if self.admitted:
-            while not stop.is_set() and self.call(self.client.enroll) is None:
-                stop.wait(1.0)
-            self.codes.clear()  # the enrolment itself is not part of the attack
-        while not stop.is_set():
-            self.step(stop)
+        try:
+            if self.admitted:
+                while not stop.is_set() and self.call(self.client.enroll) is None:
+                    stop.wait(1.0)
+                self.codes.clear()  # the enrolment itself is not part of the attack
+            while not stop.is_set():
+                self.step(stop)
+        except Exception as exc:  # a bug of the attacker, not a defence: reported
+            self.error = f"{type(exc).__name__}: {exc}"
 
     def step(self, stop: threading.Event) -> None:
         raise NotImplementedError
@@ -128,6 +132,7 @@ class Attacker:
                 ):
                     aggregated += 1
         facts = {
+            "attacker_error": self.error,
             "requests": dict(self.codes),
             "accepted_requests": self.codes["OK"],
             "updates_aggregated": aggregated,

@@ -161,8 +161,15 @@ class GossipAttacker:
         self.codes: Counter[str] = Counter()
         self.gen = torch.Generator().manual_seed(seed)
         self.round = 0
+        self.error: str | None = None
 
     def run(self, stop: threading.Event) -> None:
+        try:
+            self.attack(stop)
+        except Exception as exc:  # a bug of the attacker, not a defence: reported
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def attack(self, stop: threading.Event) -> None:
         while not stop.is_set():
             st = self.ring.status("0")
             self.round = st.round if st is not None else self.round
@@ -200,7 +207,8 @@ class GossipAttacker:
         for st in final.values():
             refused.update(st.refused)
         accepted = self.codes["OK"]
-        facts = {
+        facts: dict[str, Any] = {
+            "attacker_error": self.error,
             "requests": dict(self.codes),
             "accepted_requests": accepted,
             "non_member_neighbours": strangers,
@@ -219,6 +227,8 @@ class GossipAttacker:
             and facts["member_1_address_true"]
             and all(st.round == self.ring.rounds for st in final.values())
         )
+        if self.error:
+            facts["blocked"] = None  # the attack did not run as designed
         return facts
 
 
@@ -283,7 +293,7 @@ class GossipFreeze(GossipAttacker):
         "finishes every round"
     )
 
-    def run(self, stop: threading.Event) -> None:
+    def attack(self, stop: threading.Event) -> None:
         r = self.ring
         holders = [(lambda: r.member_channel(SPARE), 10), (r.outsider_channel, 2)]
         threads = [

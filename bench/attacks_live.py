@@ -174,7 +174,7 @@ def run_one(
         with dep.store() as store:
             run = store.get_run(run_id)
             last = store.last_completed_round(run_id)
-            evidence = attacker.evidence(store, run_id) if attacker else {}
+            evidence = _evidence(attacker, store, run_id)
             status = run.status if run else "missing"
         checked, check_output = dep.store_check()
     finally:
@@ -195,6 +195,20 @@ def run_one(
         "store_check": "ok" if checked else check_output,
         "seconds": seconds,
     }
+
+
+def _evidence(attacker: Attacker | None, store: Any, run_id: str) -> dict[str, Any]:
+    """The attacker's evidence; a failure to gather it is recorded, never
+    counted as blocked."""
+    if attacker is None:
+        return {}
+    try:
+        ev = attacker.evidence(store, run_id)
+    except Exception as exc:
+        return {"blocked": None, "evidence_error": f"{type(exc).__name__}: {exc}"}
+    if ev.get("attacker_error"):
+        ev["blocked"] = None  # the attack did not run as designed
+    return ev
 
 
 def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
