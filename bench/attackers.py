@@ -98,6 +98,12 @@ class Attacker:
             self.error = f"{type(exc).__name__}: {exc}"
 
     def step(self, stop: threading.Event) -> None:
+        """One move (outsiders); an admitted attacker acts on each new task."""
+        t = self.next_task(stop)
+        if t is not None:
+            self.on_task(t, stop)
+
+    def on_task(self, t: pb.Task, stop: threading.Event) -> None:
         raise NotImplementedError
 
     def next_task(self, stop: threading.Event) -> pb.Task | None:
@@ -306,10 +312,7 @@ class Replay(Attacker):
         self.sent: list[list[pb.UpdateChunk]] = []  # its accepted uploads
         self.own = Counter[str]()
 
-    def step(self, stop: threading.Event) -> None:
-        t = self.next_task(stop)
-        if t is None:
-            return
+    def on_task(self, t: pb.Task, stop: threading.Event) -> None:
         c, data = self.client, self.payload(0.0)
         self.snapshots.append(snapshot(self.dep))
         for old in self.sent:  # its own updates of rounds that closed
@@ -368,10 +371,7 @@ class WeightInflation(Attacker):
     )
     admitted = True
 
-    def step(self, stop: threading.Event) -> None:
-        t = self.next_task(stop)
-        if t is None:
-            return
+    def on_task(self, t: pb.Task, stop: threading.Event) -> None:
         c = self.client
         # A free-rider's update (its own vector: the model it was given) that
         # would freeze the global model if its weight were honoured.
@@ -402,10 +402,7 @@ class HugeRows(Attacker):
     )
     admitted = True
 
-    def step(self, stop: threading.Event) -> None:
-        t = self.next_task(stop)
-        if t is None:
-            return
+    def on_task(self, t: pb.Task, stop: threading.Event) -> None:
         c = self.client
         value = self.rng.choice([1e5, 1e20, 3e38])
         self.call(lambda: c.upload(c.update(t, self.payload(value))))
@@ -420,10 +417,7 @@ class IdleStreams(Attacker):
     )
     admitted = True
 
-    def step(self, stop: threading.Event) -> None:
-        t = self.next_task(stop)
-        if t is None:
-            return
+    def on_task(self, t: pb.Task, stop: threading.Event) -> None:
         c = self.client
         header = c.header(t, self.payload())
 
@@ -463,10 +457,7 @@ class OversizedUploads(Attacker):
             self.sent_mb += 1
             yield pb.UpdateChunk(data=block)
 
-    def step(self, stop: threading.Event) -> None:
-        t = self.next_task(stop)
-        if t is None:
-            return
+    def on_task(self, t: pb.Task, stop: threading.Event) -> None:
         c, data = self.client, self.payload()
         self.upload(self._stream(c.header(t, data, total_bytes=2**31), 64))
         fake = pb.Task(task_id=secrets.token_hex(8), round=t.round, nonce=b"n")

@@ -45,10 +45,17 @@ from typing import Any, ClassVar
 import grpc
 import torch
 
-from bench.deploy import MODEL, Processes, free_port, peak_rss_mb, wait_until
-from fedplat.gossip.client import PeerClient, channel_options
+from bench.deploy import (
+    MODEL,
+    Processes,
+    free_port,
+    peak_rss_mb,
+    peer_status,
+    wait_until,
+)
+from fedplat.gossip.client import channel_options
 from fedplat.gossip.messages import PeerStatus
-from fedplat.gossip.pki import OBSERVER, ClusterFiles, make_cluster
+from fedplat.gossip.pki import ClusterFiles, make_cluster
 from fedplat.gossip.scenario import ModelSpec
 from fedplat.gossip.server import SERVICE
 from fedplat.gossip.setup import build_model
@@ -104,20 +111,10 @@ class PeerRing:
             wait_until(lambda i=i: self.status(i) is not None, 300, f"peer {i}")
 
     def status(self, node_id: str) -> PeerStatus | None:
-        c = PeerClient(
-            self.address(node_id),
-            signer=Signer(OBSERVER, self.files.identity(OBSERVER)),
-            membership=self.files.load_membership(),
-            server_id=node_id,
-            tls=self.files.observer_tls(),
-            timeout=5,
+        status: PeerStatus | None = peer_status(
+            self.files, self.address(node_id), node_id
         )
-        try:
-            return c.status()
-        except Exception:  # not serving (yet, or any more)
-            return None
-        finally:
-            c.close()
+        return status
 
     def finished(self) -> dict[str, PeerStatus] | None:
         """Every peer's status once all have finished their rounds."""

@@ -244,6 +244,30 @@ def snapshot(dep: Deployment) -> dict[int, str]:
     return out
 
 
+def peer_status(files: Any, address: str, node_id: str) -> Any:
+    """A gossip peer's ``GetStatus`` as the cluster's observer (``files``: its
+    :class:`~fedplat.gossip.pki.ClusterFiles`); ``None`` while it does not
+    serve."""
+    from fedplat.gossip.client import PeerClient
+    from fedplat.gossip.pki import OBSERVER
+    from fedplat.gossip.signing import Signer
+
+    c = PeerClient(
+        address,
+        signer=Signer(OBSERVER, files.identity(OBSERVER)),
+        membership=files.load_membership(),
+        server_id=node_id,
+        tls=files.observer_tls(),
+        timeout=5,
+    )
+    try:
+        return c.status()
+    except Exception:  # not serving (yet, or any more)
+        return None
+    finally:
+        c.close()
+
+
 def peak_rss_mb(pid: int) -> float:
     """The process's peak resident set so far (``VmHWM``), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -274,6 +298,7 @@ __all__ = [
     "Processes",
     "free_port",
     "peak_rss_mb",
+    "peer_status",
     "run_file",
     "snapshot",
     "store_mb",
