@@ -7,9 +7,13 @@ with ``fedplat certs``, enrolment tokens from ``fedplat tokens create``):
 
 * **undisturbed**: the run goes from start to finish;
 * **disturbed**: ``kills`` times, the coordinator is SIGKILLed at a random
-  moment (uniform in ``kill_after`` seconds after its process started: while
-  starting, resuming, waiting for clients, training, aggregating, writing) and
-  started again with the same run file. The client processes are never
+  moment and started again with the same run file. A share
+  ``startup_share`` of the kills land uniformly in ``kill_after`` seconds
+  after the process started (while starting, resuming, waiting for clients);
+  the others land uniformly within ``kill_within`` seconds after the restarted
+  coordinator completed a round of its own (while training, collecting,
+  aggregating, writing the next one), so that every cycle makes progress and
+  the kills hit a run that is moving. The client processes are never
   touched: they reconnect and re-enrol by themselves.
 
 What is checked, from the store (``fedplat.store``) only:
@@ -31,7 +35,7 @@ same model up to the order of float additions).
 
 Usage::
 
-    nice -n 10 python -m bench.faults          # 20 kills, 8 clients (~15 minutes)
+    nice -n 10 python -m bench.faults          # 20 kills, 8 clients (~20 minutes)
     python -m bench.faults --tiny --out /tmp/f.json
     python -m bench.faults --markdown          # the table in docs/security.md
 """
@@ -75,12 +79,16 @@ class Setup:
     kills: int
     kill_after: tuple[float, float]  # seconds after the coordinator started
     seed: int
+    startup_share: float = 0.25  # kills timed from the process start
+    kill_within: float = 2.0  # seconds after a round the restart completed
 
 
-# Rounds enough that the run outlasts every kill: a coordinator lives at most
-# kill_after[1] seconds per cycle, part of it starting up.
-FULL = Setup(clients=8, rounds=200, kills=20, kill_after=(1.0, 25.0), seed=0)
-TINY = Setup(clients=3, rounds=30, kills=2, kill_after=(3.0, 8.0), seed=0)
+# Rounds enough that the run outlasts every kill (a training-time kill comes a
+# round or a few after its restart).
+FULL = Setup(clients=8, rounds=100, kills=20, kill_after=(1.0, 12.0), seed=0)
+TINY = Setup(
+    clients=3, rounds=30, kills=2, kill_after=(3.0, 8.0), seed=0, startup_share=0.5
+)
 
 
 # ------------------------------------------------------------ the store's view
@@ -145,6 +153,22 @@ def final_state(dep: Deployment) -> tuple[float | None, Any]:
 # ------------------------------------------------------------ one run
 
 
+def completed_rounds(dep: Deployment) -> int:
+    with dep.store() as store:
+        run = store.get_run_by_name(dep.cfg["run"]["name"])
+        last = store.last_completed_round(run.id) if run else None
+        return last.number if last else 0
+
+
+def wait_for_round(dep: Deployment, coord: Any, done: int) -> None:
+    """Until the coordinator completes a round after ``done`` (or exits)."""
+    end = time.monotonic() + 900
+    while time.monotonic() < end and coord.poll() is None:
+        if completed_rounds(dep) > done:
+            return
+        time.sleep(0.2)
+
+
 def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any]:
     rng = random.Random(setup.seed)
     n = setup.clients
@@ -170,8 +194,14 @@ def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any
         tokens = dep.tokens(n)
         clients = [dep.client(i, n, tokens[i]) for i in range(n)]
         while kill and len(kills) < setup.kills:
-            after = rng.uniform(*setup.kill_after)
-            time.sleep(max(0.0, after - (time.monotonic() - started)))
+            startup = rng.random() < setup.startup_share
+            if startup:
+                after = rng.uniform(*setup.kill_after)
+                time.sleep(max(0.0, after - (time.monotonic() - started)))
+            else:
+                wait_for_round(dep, coord, completed_rounds(dep))
+                time.sleep(rng.uniform(0.0, setup.kill_within))
+                after = time.monotonic() - started
             if coord.poll() is not None:
                 break  # the run finished before this kill
             coord.send_signal(signal.SIGKILL)
@@ -181,6 +211,7 @@ def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any
             kills.append(
                 {
                     "after_s": round(after, 2),
+                    "moment": "startup" if startup else "after a round",
                     "completed_rounds": len(snap),
                     "was_serving": "listening on port" in dep.log(name),
                 }
