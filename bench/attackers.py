@@ -17,6 +17,7 @@ a token.
 
 from __future__ import annotations
 
+import functools
 import random
 import secrets
 import threading
@@ -316,7 +317,7 @@ class Replay(Attacker):
         c, data = self.client, self.payload(0.0)
         self.snapshots.append(snapshot(self.dep))
         for old in self.sent:  # its own updates of rounds that closed
-            self.call(lambda old=old: c.upload(old))
+            self.call(functools.partial(c.upload, old))
         own = c.update(t, data)
         try:  # its own, honest-looking update (not part of the attack)
             c.upload(own)

@@ -35,6 +35,7 @@ not by admission (docs/security.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections import Counter
@@ -108,7 +109,7 @@ class PeerRing:
                 ],
             )  # fmt: skip
         for i in IDS:
-            wait_until(lambda i=i: self.status(i) is not None, 300, f"peer {i}")
+            wait_until(functools.partial(self.status, i), 300, f"peer {i}")
 
     def status(self, node_id: str) -> PeerStatus | None:
         status: PeerStatus | None = peer_status(

@@ -270,18 +270,18 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(str(row[k]) for k in keys) + " |")
     gossip = results["gossip"]
     if gossip["rows"]:
-        keys = (
+        gkeys = (
             "attack", "blocked", "honest_rounds_completed", "final_accuracy",
             "peer_peak_rss_mb",
         )  # fmt: skip
         ref = gossip["no_attack"]
-        lines += ["", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines += ["", "| " + " | ".join(gkeys) + " |", "|" + "---|" * len(gkeys)]
         lines.append(
             f"| none (reference) | - | {ref['honest_rounds_completed']} | "
             f"{gossip['no_attack_accuracy']} | {ref['peer_peak_rss_mb']} |"
         )
         for row in gossip["rows"]:
-            lines.append("| " + " | ".join(str(row[k]) for k in keys) + " |")
+            lines.append("| " + " | ".join(str(row[k]) for k in gkeys) + " |")
     return "\n".join(lines) + "\n"
 
 

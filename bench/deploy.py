@@ -31,7 +31,7 @@ from fedplat.store import Store
 REPO = Path(__file__).resolve().parents[1]
 
 #: The clients' and the coordinator's model (the run file's ``model`` section).
-MODEL = {"name": "mlp", "params": {"hidden": [32]}}
+MODEL: dict[str, Any] = {"name": "mlp", "params": {"hidden": [32]}}
 
 
 def free_port() -> int:
@@ -238,7 +238,7 @@ def snapshot(dep: Deployment) -> dict[int, str]:
                 "loss": r.loss,
                 "checkpoint": r.checkpoint_sha256,
                 "model_version": r.model_version,
-                "participations": sorted(parts, key=lambda p: p["client"]),
+                "participations": sorted(parts, key=lambda p: str(p["client"])),
             }
             out[r.number] = json.dumps(rec, sort_keys=True, default=str)
     return out
