@@ -211,13 +211,28 @@ def _evidence(attacker: Attacker | None, store: Any, run_id: str) -> dict[str, A
     return ev
 
 
-def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
-    say("run without attack")
-    base = run_one(setup, workdir / "none", None, say)
-    rows = []
+def run(setup: Setup, workdir: Path, say: Any, save: Any = None) -> dict[str, Any]:
+    """The reference run, one run per attack, then the gossip rows; ``save``
+    gets the results so far after each row (a long run that is stopped keeps
+    what it measured)."""
+    body: dict[str, Any] = {
+        "no_attack_accuracy": None,
+        "no_attack": None,
+        "rows": [],
+        "gossip": {"no_attack_accuracy": None, "no_attack": None, "rows": []},
+    }
+    save = save or (lambda body: None)
+    if setup.attacks:
+        say("run without attack")
+        base = run_one(setup, workdir / "none", None, say)
+        body.update(no_attack_accuracy=base["final_accuracy"], no_attack=base)
+        save(body)
     for name in setup.attacks:
         say(f"attack {name}")
         row = run_one(setup, workdir / name, name, say)
+        # Each row keeps its own reference: rows measured by separate
+        # invocations (--merge) are compared with their own run without attack.
+        row["reference_accuracy"] = base["final_accuracy"]
         row["store_growth_mb"] = round(row["store_mb"] - base["store_mb"], 3)
         if name == "store_flooding":
             row["blocked"] = bool(row["blocked"]) and row["store_growth_mb"] < 1.0
@@ -226,33 +241,49 @@ def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
             f"rss {row['coordinator_peak_rss_mb']} MB, "
             f"store +{row['store_growth_mb']} MB"
         )
-        rows.append(row)
-    return {
-        "no_attack_accuracy": base["final_accuracy"],
-        "no_attack": base,
-        "rows": rows,
-        "gossip": run_gossip_rows(setup, workdir / "gossip", say),
-    }
-
-
-def run_gossip_rows(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
-    """The peers' reference run and one run per gossip attack
-    (:mod:`bench.attacks_gossip`)."""
-    if not setup.gossip_attacks:
-        return {"no_attack_accuracy": None, "no_attack": None, "rows": []}
-    say("gossip run without attack")
-    base = run_gossip(None, workdir / "none", setup.gossip_rounds, setup.seed)
-    rows = []
+        body["rows"].append(row)
+        save(body)
+    gossip = body["gossip"]
+    if setup.gossip_attacks:
+        say("gossip run without attack")
+        ref = run_gossip(
+            None, workdir / "gossip" / "none", setup.gossip_rounds, setup.seed
+        )
+        gossip.update(no_attack_accuracy=ref["final_accuracy"], no_attack=ref)
+        save(body)
     for name in setup.gossip_attacks:
         say(f"gossip attack {name}")
-        row = run_gossip(name, workdir / name, setup.gossip_rounds, setup.seed)
+        row = run_gossip(
+            name, workdir / "gossip" / name, setup.gossip_rounds, setup.seed
+        )
+        row["reference_accuracy"] = ref["final_accuracy"]
         say(f"  blocked {row['blocked']}, accuracy {row['final_accuracy']}")
-        rows.append(row)
-    return {
-        "no_attack_accuracy": base["final_accuracy"],
-        "no_attack": base,
-        "rows": rows,
+        gossip["rows"].append(row)
+        save(body)
+    return body
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bodies of several invocations (``--only``) as one: rows in the
+    full benchmark's order, the first reference runs found."""
+    order = {a: i for i, a in enumerate((*FULL.attacks, *FULL.gossip_attacks))}
+    body: dict[str, Any] = {
+        "no_attack_accuracy": None,
+        "no_attack": None,
+        "rows": [],
+        "gossip": {"no_attack_accuracy": None, "no_attack": None, "rows": []},
     }
+    for part in parts:
+        for key in ("no_attack_accuracy", "no_attack"):
+            if body[key] is None:
+                body[key] = part[key]
+            if body["gossip"][key] is None:
+                body["gossip"][key] = part["gossip"][key]
+        body["rows"] += part["rows"]
+        body["gossip"]["rows"] += part["gossip"]["rows"]
+    body["rows"].sort(key=lambda r: order[r["attack"]])
+    body["gossip"]["rows"].sort(key=lambda r: order[r["attack"]])
+    return body
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -286,17 +317,45 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 def _goal_met(body: dict[str, Any]) -> bool:
-    ref = body["no_attack_accuracy"]
-    gossip = body["gossip"]
     return all(
         r["blocked"]
-        and abs(r["final_accuracy"] - ref) <= 0.01
+        and abs(r["final_accuracy"] - r["reference_accuracy"]) <= 0.01
         and r["store_growth_mb"] < 1.0
         for r in body["rows"]
     ) and all(
-        r["blocked"] and abs(r["final_accuracy"] - gossip["no_attack_accuracy"]) <= 0.01
-        for r in gossip["rows"]
+        r["blocked"] and abs(r["final_accuracy"] - r["reference_accuracy"]) <= 0.01
+        for r in body["gossip"]["rows"]
     )
+
+
+def _document(
+    body: dict[str, Any], setup: Setup, tiny: bool, t0: float
+) -> dict[str, Any]:
+    """The results file: the measurements, the goal, the setup."""
+    done = {r["attack"] for r in (*body["rows"], *body["gossip"]["rows"])}
+    return {
+        "benchmark": "attacks_live",
+        "schema_version": SCHEMA_VERSION,
+        "tiny": tiny,
+        **body,
+        "complete": done == {*setup.attacks, *setup.gossip_attacks},
+        "goal": "every attack blocked, accuracy within 1 point of the run without "
+        "attack, store growth under 1 MB per attack",
+        "goal_met": _goal_met(body),
+        "setup": {
+            **asdict(setup),
+            "dataset": "digits (1,437 training images split IID over the "
+            "clients, 360 test images for the coordinator's evaluation)",
+            "model": MODEL,
+            "aggregator": "fedavg (weighted by capped example counts)",
+            "selection": "clients_per_round = clients + 1 (the attacker too), "
+            "min_available and quorum = clients, close_after_quorum_seconds 2",
+            "transport": "TLS (fedplat certs init), admission by enrolment tokens",
+            "server_limits": "defaults (stream_idle_seconds 30, max_update_norm "
+            "1e6, enrol_per_second 50, burst 200)",
+        },
+        "environment": environment(t0),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--workdir", type=Path, help="keep logs and stores here")
     ap.add_argument("--only", nargs="*", help="run only these attacks")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="write --out from the results of several --only invocations",
+    )
     ap.add_argument(
         "--markdown", action="store_true", help="print the docs table from --out"
     )
@@ -322,31 +387,23 @@ def main(argv: list[str] | None = None) -> int:
             gossip_attacks=tuple(a for a in args.only if a in GOSSIP_ATTACKS),
         )
     t0 = time.perf_counter()
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        out = _document(merge(parts), replace(FULL), False, t0)
+        out["merged_from"] = [str(p) for p in args.merge]
+        write_results(args.out, out, t0)
+        return 0
+
+    def save(body: dict[str, Any]) -> None:
+        doc = _document(body, setup, args.tiny, t0)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="fedplat-attacks-") as tmp:
         workdir = args.workdir or Path(tmp)
-        body = run(setup, workdir, lambda s: print(s, file=sys.stderr, flush=True))
-    out = {
-        "benchmark": "attacks_live",
-        "schema_version": SCHEMA_VERSION,
-        "tiny": args.tiny,
-        **body,
-        "goal": "every attack blocked, accuracy within 1 point of the run without "
-        "attack, store growth under 1 MB per attack",
-        "goal_met": _goal_met(body),
-        "setup": {
-            **asdict(setup),
-            "dataset": "digits (1,437 training images split IID over 8 clients, "
-            "360 test images for the coordinator's evaluation)",
-            "model": MODEL,
-            "aggregator": "fedavg (weighted by capped example counts)",
-            "selection": "clients_per_round 9, min_available 8, quorum 8, "
-            "close_after_quorum_seconds 2",
-            "transport": "TLS (fedplat certs init), admission by enrolment tokens",
-            "server_limits": "defaults (stream_idle_seconds 30, max_update_norm 1e6, "
-            "enrol_per_second 50, burst 200)",
-        },
-        "environment": environment(t0),
-    }
+        say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+        body = run(setup, workdir, say, save)
+    out = _document(body, setup, args.tiny, t0)
     write_results(args.out, out, t0)
     return 0
 

@@ -197,7 +197,7 @@ class Deployment(Processes):
 
         return grpc.ssl_channel_credentials(self.ca.read_bytes())
 
-    def wait_serving(self, timeout: float = 180) -> None:
+    def wait_serving(self, timeout: float = 900) -> None:
         """Until the coordinator answers health checks over TLS."""
         from fedplat.transport.health import wait_healthy
 
