@@ -106,3 +106,49 @@ def test_gossip_verdict_is_not_blocked_when_the_attack_shows(
     moved = {"1": ROGUE_ADDRESS, "2": addr["2"]}
     assert verdict({"PERMISSION_DENIED": 3}, neighbours=moved) is False
     assert verdict({"PERMISSION_DENIED": 3}, rounds=4) is False
+
+
+def _row(attack: str, blocked: bool | None, acc: float, ref: float) -> dict:
+    return {
+        "attack": attack,
+        "blocked": blocked,
+        "final_accuracy": acc,
+        "reference_accuracy": ref,
+        "store_growth_mb": 0.1,
+    }
+
+
+def test_merged_invocations_keep_order_references_and_failures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows measured side by side (--only, --merge) come back in the full
+    benchmark's order, each judged against its own reference; one row not
+    blocked (or not run as designed) fails the goal."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.attacks_live import _goal_met, merge
+
+    def part(rows: list[dict], gossip: list[dict], ref: float | None) -> dict:
+        return {
+            "no_attack_accuracy": ref,
+            "no_attack": None if ref is None else {"final_accuracy": ref},
+            "rows": rows,
+            "gossip": {
+                "no_attack_accuracy": 0.9 if gossip else None,
+                "no_attack": {"final_accuracy": 0.9} if gossip else None,
+                "rows": gossip,
+            },
+        }
+
+    a = part([_row("replay", True, 0.8, 0.8)], [], 0.8)
+    b = part([_row("sybil_flood", True, 0.81, 0.805)], [], 0.805)
+    g = part([], [_row("gossip_freeze", True, 0.9, 0.9)], None)
+    body = merge([a, b, g])
+    assert [r["attack"] for r in body["rows"]] == ["sybil_flood", "replay"]
+    assert body["no_attack_accuracy"] == 0.8
+    assert body["gossip"]["no_attack_accuracy"] == 0.9
+    assert _goal_met(body) is True
+    body["rows"][1]["blocked"] = None  # the attacker failed: not a success
+    assert _goal_met(body) is False
+    body["rows"][1]["blocked"] = True
+    body["gossip"]["rows"][0]["final_accuracy"] = 0.85  # peers harmed
+    assert _goal_met(body) is False
