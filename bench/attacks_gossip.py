@@ -73,6 +73,11 @@ SPARE = "spare"
 ROGUE_ADDRESS = "127.0.0.1:9"
 
 
+class PeerStartError(RuntimeError):
+    """A peer process ended before it served (not an effect of any attack:
+    the attacker starts once every peer serves)."""
+
+
 class PeerRing:
     """Peers 0-2 as processes, their cluster files and an outsider's
     certificate; :meth:`status` reads a peer's status as the observer."""
@@ -109,7 +114,15 @@ class PeerRing:
                 ],
             )  # fmt: skip
         for i in IDS:
-            wait_until(functools.partial(self.status, i), 300, f"peer {i}")
+            wait_until(functools.partial(self.serving, i), 600, f"peer {i}")
+
+    def serving(self, node_id: str) -> bool:
+        """Whether the peer serves; raises if its process has ended."""
+        proc = self.procs.procs[f"peer-{node_id}"]
+        if proc.poll() is not None:
+            tail = self.procs.log(f"peer-{node_id}").strip().splitlines()[-1:]
+            raise PeerStartError(f"peer {node_id} exited: {' '.join(tail)}")
+        return self.status(node_id) is not None
 
     def status(self, node_id: str) -> PeerStatus | None:
         status: PeerStatus | None = peer_status(
@@ -329,7 +342,22 @@ GOSSIP_ATTACKS: dict[str, type[GossipAttacker]] = {
 def run_gossip(
     attack: str | None, workdir: Path, rounds: int, seed: int
 ) -> dict[str, Any]:
-    """One run of the ring with ``attack`` (``None``: the reference)."""
+    """One run of the ring with ``attack`` (``None``: the reference); a ring
+    whose peers fail to start is started afresh, up to three times."""
+    failures: list[str] = []
+    for attempt in range(3):
+        try:
+            row = _run_ring(attack, workdir / f"try-{attempt}", rounds, seed)
+        except PeerStartError as exc:
+            failures.append(str(exc))
+            continue
+        return {**row, "start_failures": failures}
+    raise PeerStartError("; ".join(failures))
+
+
+def _run_ring(
+    attack: str | None, workdir: Path, rounds: int, seed: int
+) -> dict[str, Any]:
     ring = PeerRing(workdir, rounds, seed)
     stop = threading.Event()
     kind = GOSSIP_ATTACKS[attack] if attack else None

@@ -211,7 +211,9 @@ def _evidence(attacker: Attacker | None, store: Any, run_id: str) -> dict[str, A
     return ev
 
 
-def run(setup: Setup, workdir: Path, say: Any, save: Any = None) -> dict[str, Any]:
+def run(
+    setup: Setup, workdir: Path, say: Any, save: Any = None, reference: bool = True
+) -> dict[str, Any]:
     """The reference run, one run per attack, then the gossip rows; ``save``
     gets the results so far after each row (a long run that is stopped keeps
     what it measured)."""
@@ -222,7 +224,8 @@ def run(setup: Setup, workdir: Path, say: Any, save: Any = None) -> dict[str, An
         "gossip": {"no_attack_accuracy": None, "no_attack": None, "rows": []},
     }
     save = save or (lambda body: None)
-    if setup.attacks:
+    base: dict[str, Any] = {"final_accuracy": None, "store_mb": None}
+    if setup.attacks and reference:
         say("run without attack")
         base = run_one(setup, workdir / "none", None, say)
         body.update(no_attack_accuracy=base["final_accuracy"], no_attack=base)
@@ -230,17 +233,8 @@ def run(setup: Setup, workdir: Path, say: Any, save: Any = None) -> dict[str, An
     for name in setup.attacks:
         say(f"attack {name}")
         row = run_one(setup, workdir / name, name, say)
-        # Each row keeps its own reference: rows measured by separate
-        # invocations (--merge) are compared with their own run without attack.
-        row["reference_accuracy"] = base["final_accuracy"]
-        row["store_growth_mb"] = round(row["store_mb"] - base["store_mb"], 3)
-        if name == "store_flooding":
-            row["blocked"] = bool(row["blocked"]) and row["store_growth_mb"] < 1.0
-        say(
-            f"  blocked {row['blocked']}, accuracy {row['final_accuracy']}, "
-            f"rss {row['coordinator_peak_rss_mb']} MB, "
-            f"store +{row['store_growth_mb']} MB"
-        )
+        _compare(row, base)
+        say(f"  blocked {row['blocked']}, accuracy {row['final_accuracy']}")
         body["rows"].append(row)
         save(body)
     gossip = body["gossip"]
@@ -263,6 +257,18 @@ def run(setup: Setup, workdir: Path, say: Any, save: Any = None) -> dict[str, An
     return body
 
 
+def _compare(row: dict[str, Any], base: dict[str, Any]) -> None:
+    """Judge ``row`` against the run without attack ``base`` (left open when
+    this invocation made none: ``--merge`` does it with another's)."""
+    row["reference_accuracy"] = base["final_accuracy"]
+    if base["store_mb"] is None:
+        row["store_growth_mb"] = None
+        return
+    row["store_growth_mb"] = round(row["store_mb"] - base["store_mb"], 3)
+    if row["attack"] == "store_flooding":
+        row["blocked"] = bool(row["blocked"]) and row["store_growth_mb"] < 1.0
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """The bodies of several invocations (``--only``) as one: rows in the
     full benchmark's order, the first reference runs found."""
@@ -281,6 +287,10 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
                 body["gossip"][key] = part["gossip"][key]
         body["rows"] += part["rows"]
         body["gossip"]["rows"] += part["gossip"]["rows"]
+    for row in body["rows"]:
+        if row["reference_accuracy"] is None and body["no_attack"] is not None:
+            row["reference_of"] = "another invocation's run without attack"
+            _compare(row, body["no_attack"])
     body["rows"].sort(key=lambda r: order[r["attack"]])
     body["gossip"]["rows"].sort(key=lambda r: order[r["attack"]])
     return body
@@ -367,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="keep logs and stores here")
     ap.add_argument("--only", nargs="*", help="run only these attacks")
     ap.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip the run without attack (--merge compares with another's)",
+    )
+    ap.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -402,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fedplat-attacks-") as tmp:
         workdir = args.workdir or Path(tmp)
         say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-        body = run(setup, workdir, say, save)
+        body = run(setup, workdir, say, save, reference=not args.no_reference)
     out = _document(body, setup, args.tiny, t0)
     write_results(args.out, out, t0)
     return 0
