@@ -326,14 +326,19 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _within(a: float | None, b: float | None, tol: float) -> bool:
+    """``|a - b| <= tol``; not met while either is unknown."""
+    return a is not None and b is not None and abs(a - b) <= tol
+
+
 def _goal_met(body: dict[str, Any]) -> bool:
     return all(
         r["blocked"]
-        and abs(r["final_accuracy"] - r["reference_accuracy"]) <= 0.01
-        and r["store_growth_mb"] < 1.0
+        and _within(r["final_accuracy"], r["reference_accuracy"], 0.01)
+        and _within(r["store_growth_mb"], 0.0, 1.0 - 1e-9)
         for r in body["rows"]
     ) and all(
-        r["blocked"] and abs(r["final_accuracy"] - r["reference_accuracy"]) <= 0.01
+        r["blocked"] and _within(r["final_accuracy"], r["reference_accuracy"], 0.01)
         for r in body["gossip"]["rows"]
     )
 
