@@ -266,7 +266,7 @@ def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
 
 def render_markdown(results: dict[str, Any]) -> str:
     keys = (
-        "kills", "completed_rounds", "lost_rounds", "duplicate_updates",
+        "tiny", "kills", "completed_rounds", "lost_rounds", "duplicate_updates",
         "final_accuracy", "undisturbed_accuracy", "store_check",
     )  # fmt: skip
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
