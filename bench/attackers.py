@@ -277,10 +277,14 @@ class StoreFlooding(Attacker):
         if way == 0:
             self.call(lambda: c.enroll(name=big))
         elif way == 1:
-            req = c.enroll_request()
-            for i in range(200):
-                req.info[f"{big[:200]}{i}"] = big[:5000]
-            self.call(lambda: c.stub.Enroll(req, timeout=30))
+
+            def many_infos() -> Any:
+                req = c.enroll_request()  # its Challenge may be refused too
+                for i in range(200):
+                    req.info[f"{big[:200]}{i}"] = big[:5000]
+                return c.stub.Enroll(req, timeout=30)
+
+            self.call(many_infos)
         elif way == 2:
             many = common.Layout(
                 tensors=[
