@@ -265,8 +265,8 @@ def _compare(row: dict[str, Any], base: dict[str, Any]) -> None:
         row["store_growth_mb"] = None
         return
     row["store_growth_mb"] = round(row["store_mb"] - base["store_mb"], 3)
-    if row["attack"] == "store_flooding":
-        row["blocked"] = bool(row["blocked"]) and row["store_growth_mb"] < 1.0
+    if row["attack"] == "store_flooding" and row["blocked"] is not None:
+        row["blocked"] = row["blocked"] and row["store_growth_mb"] < 1.0
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -287,6 +287,11 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
                 body["gossip"][key] = part["gossip"][key]
         body["rows"] += part["rows"]
         body["gossip"]["rows"] += part["gossip"]["rows"]
+    # An attack measured again by a later part replaces the earlier row.
+    for key in ("rows",):
+        body[key] = list({r["attack"]: r for r in body[key]}.values())
+    g = body["gossip"]
+    g["rows"] = list({r["attack"]: r for r in g["rows"]}.values())
     for row in body["rows"]:
         if row["reference_accuracy"] is None and body["no_attack"] is not None:
             row["reference_of"] = "another invocation's run without attack"
