@@ -19,6 +19,7 @@ from tests.support import REPO, run_bench
 
 
 @pytest.mark.integration  # starts real processes
+@pytest.mark.timeout(1800)  # a loaded host takes minutes per run
 def test_tiny_attacks_are_blocked_and_honest_clients_unaffected(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

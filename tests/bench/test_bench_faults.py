@@ -29,6 +29,7 @@ def _check(res: dict, kills: int) -> None:
 
 
 @pytest.mark.integration  # starts real processes
+@pytest.mark.timeout(1800)  # a loaded host takes minutes per run
 def test_tiny_kills_lose_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
     out = tmp_path_factory.mktemp("faults") / "faults.json"
     res = run_bench("bench.faults", out, timeout=1800)
@@ -36,7 +37,8 @@ def test_tiny_kills_lose_nothing(tmp_path_factory: pytest.TempPathFactory) -> No
     _check(res, 2)
 
 
-@pytest.mark.slow  # 20 kills, 8 client processes, two runs (~15 minutes)
+@pytest.mark.slow  # 20 kills, 8 client processes, two runs (~20 minutes)
+@pytest.mark.timeout(3700)
 def test_twenty_kills_lose_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
     import subprocess
     import sys
