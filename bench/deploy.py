@@ -31,7 +31,7 @@ from fedplat.store import Store
 REPO = Path(__file__).resolve().parents[1]
 
 #: The clients' and the coordinator's model (the run file's ``model`` section).
-MODEL = {"name": "mlp", "params": {"hidden": [32]}}
+MODEL: dict[str, Any] = {"name": "mlp", "params": {"hidden": [32]}}
 
 
 def free_port() -> int:
@@ -152,10 +152,13 @@ class Deployment(Processes):
         if not self.ca.exists():
             self.cli("certs", "init", "--dir", str(self.dir / "pki"))
 
-    def tokens(self, count: int) -> list[str]:
+    def tokens(self, count: int, max_examples: int | None = None) -> list[str]:
+        """``count`` enrolment tokens for the run (``max_examples``: the
+        aggregation weight cap the operator registers with each)."""
+        cap = [] if max_examples is None else ["--max-examples", str(max_examples)]
         out = self.cli(
             "tokens", "create", "--db", self.db, "--count", str(count),
-            "--expires", "24h", "--run", self.cfg["run"]["name"],
+            "--expires", "24h", "--run", self.cfg["run"]["name"], *cap,
         )  # fmt: skip
         return out.stdout.split()
 
@@ -194,11 +197,75 @@ class Deployment(Processes):
 
         return grpc.ssl_channel_credentials(self.ca.read_bytes())
 
-    def wait_serving(self, timeout: float = 180) -> None:
+    def wait_serving(self, timeout: float = 900) -> None:
         """Until the coordinator answers health checks over TLS."""
         from fedplat.transport.health import wait_healthy
 
         wait_healthy(self.address, timeout, credentials=self.channel_credentials())
+
+
+def snapshot(dep: Deployment) -> dict[int, str]:
+    """Every completed round's records as canonical JSON (round -> text): the
+    round row (status, counters, bytes, accuracy, loss, checkpoint hash, model
+    version) and its participations (client, status, bytes, examples, verdict)."""
+    out = {}
+    with dep.store() as store:
+        run = store.get_run_by_name(dep.cfg["run"]["name"])
+        if run is None:
+            return {}
+        for r in store.list_rounds(run.id):
+            if r.status != "completed":
+                continue
+            parts = [
+                {
+                    "client": p.client_id,
+                    "status": p.status,
+                    "bytes_up": p.bytes_up,
+                    "bytes_down": p.bytes_down,
+                    "examples": p.num_examples,
+                    "verdict": repr(p.verdict),
+                }
+                for p in store.list_participations(run.id, r.number)
+            ]
+            rec = {
+                "status": r.status,
+                "selected": r.num_selected,
+                "succeeded": r.num_succeeded,
+                "failed": r.num_failed,
+                "aggregated": r.num_aggregated,
+                "bytes": [r.bytes_up, r.bytes_down],
+                "accuracy": r.accuracy,
+                "loss": r.loss,
+                "checkpoint": r.checkpoint_sha256,
+                "model_version": r.model_version,
+                "participations": sorted(parts, key=lambda p: str(p["client"])),
+            }
+            out[r.number] = json.dumps(rec, sort_keys=True, default=str)
+    return out
+
+
+def peer_status(files: Any, address: str, node_id: str) -> Any:
+    """A gossip peer's ``GetStatus`` as the cluster's observer (``files``: its
+    :class:`~fedplat.gossip.pki.ClusterFiles`); ``None`` while it does not
+    serve."""
+    from fedplat.gossip.client import PeerClient
+    from fedplat.gossip.pki import OBSERVER
+    from fedplat.gossip.signing import Signer
+
+    c = PeerClient(
+        address,
+        signer=Signer(OBSERVER, files.identity(OBSERVER)),
+        membership=files.load_membership(),
+        server_id=node_id,
+        tls=files.observer_tls(),
+        timeout=5,
+    )
+    try:
+        return c.status()
+    except Exception:  # not serving (yet, or any more)
+        return None
+    finally:
+        c.close()
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -231,7 +298,9 @@ __all__ = [
     "Processes",
     "free_port",
     "peak_rss_mb",
+    "peer_status",
     "run_file",
+    "snapshot",
     "store_mb",
     "wait_until",
 ]

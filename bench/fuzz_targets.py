@@ -20,12 +20,17 @@ import grpc
 import numpy as np
 from google.protobuf.message import Message
 
-from bench.deploy import MODEL, Deployment, Processes, free_port, wait_until
-from fedplat.gossip.client import PeerClient
-from fedplat.gossip.pki import OBSERVER, make_cluster
+from bench.deploy import (
+    MODEL,
+    Deployment,
+    Processes,
+    free_port,
+    peer_status,
+    wait_until,
+)
+from fedplat.gossip.pki import make_cluster
 from fedplat.gossip.scenario import ModelSpec
 from fedplat.gossip.setup import build_model
-from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls, open_channel
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.security.certs import issue
@@ -147,7 +152,12 @@ class CoordinatorTarget:
         self.enroller = RawClient(
             self.dep.address, self.layout, name="new", credentials=creds
         )
-        self.payload = dense_payload_bytes(np.zeros(self.layout.numel, "<f4"))
+        # Small, varied values: a harmless update whose chunks all differ, so
+        # reordered or resized chunks change what the signature covers.
+        noise = np.random.default_rng(self.setup.seed).normal(
+            0, 1e-3, self.layout.numel
+        )
+        self.payload = dense_payload_bytes(noise.astype("<f4"))
 
     def alive(self) -> bool:
         return all(
@@ -387,20 +397,7 @@ class PeerTarget:
         }
 
     def _status(self, node_id: str) -> Any:
-        c = PeerClient(
-            f"127.0.0.1:{self.ports[node_id]}",
-            signer=Signer(OBSERVER, self.files.identity(OBSERVER)),
-            membership=self.files.load_membership(),
-            server_id=node_id,
-            tls=self.files.observer_tls(),
-            timeout=5,
-        )
-        try:
-            return c.status()
-        except Exception:
-            return None
-        finally:
-            c.close()
+        return peer_status(self.files, f"127.0.0.1:{self.ports[node_id]}", node_id)
 
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs.procs.values())

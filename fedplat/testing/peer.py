@@ -82,11 +82,13 @@ def valid_peer_requests(
     sender_address: str = "127.0.0.1:1",
     vec: torch.Tensor | None = None,
     chunk_bytes: int = 64 * 1024,
+    signer: Signer | None = None,
 ) -> PeerRequests:
     """A valid request of every call from member ``sender_id`` to
     ``receiver_id`` (fresh nonces each time): what a structure-aware fuzzer
-    mutates. The push carries ``vec`` (zeros by default) as a dense model."""
-    signer = Signer(sender_id, files.identity(sender_id))
+    mutates. The push carries ``vec`` (zeros by default) as a dense model.
+    ``signer`` replaces the sender's own key (a forger claiming ``sender_id``)."""
+    signer = signer or Signer(sender_id, files.identity(sender_id))
     fp = layout.fingerprint()
     hello = signer.hello(
         Hello(PeerAddress(sender_id, sender_address), round, fp, True, receiver_id)
