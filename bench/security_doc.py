@@ -1,14 +1,16 @@
-"""Write the measured tables of docs/security.md from the committed JSON.
+"""The measured tables of docs/security.md, rendered from the committed JSON.
 
 Each table sits between ``<!-- NAME-table:begin -->`` and ``<!-- NAME-table:end
 -->`` and is exactly what the benchmark's ``render_markdown`` makes of its
-results file (``tests/bench/test_bench_*.py`` check that the doc quotes them)::
+results file (``tests/bench/test_docs_quote_results.py`` checks that the doc
+quotes them)::
 
-    python -m bench.security_doc
+    python -m bench.security_doc --write-docs
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import sys
@@ -17,6 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # allow ``python bench/security_doc.py``
     sys.path.insert(0, str(REPO))
+
+from bench.docs import add_doc_args, handle_doc_args  # noqa: E402
 
 DOC = REPO / "docs" / "security.md"
 #: Marker name -> the benchmark module that renders it.
@@ -27,23 +31,22 @@ TABLES = {
 }
 
 
-def render(doc: str) -> str:
-    """``doc`` with every table replaced by its benchmark's rendering."""
+def doc_blocks() -> dict[str, str]:
+    """Block name -> its table, for every benchmark whose results file exists."""
+    out = {}
     for name, module in TABLES.items():
         bench = importlib.import_module(module)
-        if not bench.RESULTS.exists():
-            print(f"{bench.RESULTS} missing: its table left as it is", file=sys.stderr)
-            continue
-        begin, end = f"<!-- {name}-table:begin -->\n", f"<!-- {name}-table:end -->"
-        head, _, rest = doc.partition(begin)
-        _, _, tail = rest.partition(end)
-        table = bench.render_markdown(json.loads(bench.RESULTS.read_text()))
-        doc = head + begin + table + end + tail
-    return doc
+        if bench.RESULTS.exists():
+            results = json.loads(bench.RESULTS.read_text())
+            out[f"{name}-table"] = bench.render_markdown(results)
+    return out
 
 
-def main() -> int:
-    DOC.write_text(render(DOC.read_text()))
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_doc_args(ap, DOC)
+    if not handle_doc_args(ap.parse_args(argv), DOC, doc_blocks):
+        ap.error("give --markdown or --write-docs")
     return 0
 
 

@@ -16,6 +16,7 @@ RENDERERS = (
     "bench.docs_compression",
     "bench.docs_fleet",
     "bench.docs_robustness",
+    "bench.security_doc",
     "bench.gossip_disruption",
     "bench.vs_flower_sim",
 )
