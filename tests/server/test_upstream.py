@@ -30,6 +30,7 @@ from tests.support import Procs, free_port, issue_tokens, run_config, wait_for
             {
                 "privacy": {"mode": "central", "noise_multiplier": 1.0},
                 "aggregator": {"name": "fedavg", "weighted": False},
+                "selection": {"sampling": "poisson", "rate": 0.5, "quorum": 1},
             },
             "central DP",
         ),
