@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,3 +37,13 @@ def browser() -> Iterator[Any]:
             yield b
         finally:
             b.close()
+
+
+@pytest.fixture(autouse=True)
+def _fedplat_loggers_enabled() -> None:
+    """Libraries configured in process by earlier tests (logging.config with
+    ``disable_existing_loggers``) can disable fedplat's loggers for the rest of
+    the session; tests that read the log (caplog) need them on."""
+    for name, logger in logging.root.manager.loggerDict.items():
+        if name.startswith("fedplat") and isinstance(logger, logging.Logger):
+            logger.disabled = False

@@ -238,7 +238,6 @@ NOT_PROTOBUF = (b"\x00\x01", b"\xff\xff\xff\x0f", b"\x0a\xff\x01abc")
 
 def test_malformed_protobuf_on_every_call_is_invalid_argument_without_traceback(
     served: tuple[BackgroundServer, dict[str, Any]],
-    caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     import logging
@@ -272,24 +271,42 @@ def test_malformed_protobuf_on_every_call_is_invalid_argument_without_traceback(
         )(iter([m]), metadata=c.md, timeout=10),
     }
     capfd.readouterr()
-    with caplog.at_level(logging.DEBUG):
-        for rpc, call in calls.items():
-            for message in NOT_PROTOBUF:
-                with pytest.raises(grpc.RpcError) as info:
-                    call(message)
-                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (
-                    rpc,
-                    message,
-                    info.value.details(),
-                )
-                assert "malformed" in (info.value.details() or ""), rpc
-    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    # Records are kept by a handler on fedplat's own logger: the root logger's
+    # handlers and level can be replaced by code that configures logging in
+    # process (alembic's env.py), which would hide them from caplog.
+    kept: list[logging.LogRecord] = []
+    keeper = logging.Handler(logging.DEBUG)
+    keeper.emit = kept.append  # type: ignore[method-assign]
+    fed = logging.getLogger("fedplat")
+    level = fed.level
+    fed.addHandler(keeper)
+    fed.setLevel(logging.DEBUG)
+    try:
+        _send_malformed(calls)
+    finally:
+        fed.removeHandler(keeper)
+        fed.setLevel(level)
+    bad = [r for r in kept if r.exc_info or r.levelno >= logging.ERROR]
     assert bad == [], [r.getMessage() for r in bad]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "deserializ" not in err, err
     # Each refusal is one log line naming the call.
-    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    refusals = [r.getMessage() for r in kept if "refused" in r.getMessage()]
     assert len(refusals) >= len(calls) * len(NOT_PROTOBUF)
     # The client is still served: with a second one, round 1 starts.
     _clients(srv, raw, "d")
     assert c.task().kind == pb.Task.TRAIN
+
+
+def _send_malformed(calls: dict[str, Any]) -> None:
+    """Every call with every non-protobuf body: INVALID_ARGUMENT, "malformed"."""
+    for rpc, call in calls.items():
+        for message in NOT_PROTOBUF:
+            with pytest.raises(grpc.RpcError) as info:
+                call(message)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (
+                rpc,
+                message,
+                info.value.details(),
+            )
+            assert "malformed" in (info.value.details() or ""), rpc
