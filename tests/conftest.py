@@ -41,9 +41,11 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _fedplat_loggers_enabled() -> None:
-    """Libraries configured in process by earlier tests (logging.config with
-    ``disable_existing_loggers``) can disable fedplat's loggers for the rest of
-    the session; tests that read the log (caplog) need them on."""
+    """A guard for tests that read the log: a ``logging.config`` call made in
+    process with ``disable_existing_loggers`` (by any library an earlier test
+    loads) would switch fedplat's loggers off for the rest of the session. Not
+    seen to happen; the malformed-protobuf test's lost records were not traced
+    to it."""
     for name, logger in logging.root.manager.loggerDict.items():
         if name.startswith("fedplat") and isinstance(logger, logging.Logger):
             logger.disabled = False
