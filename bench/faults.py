@@ -10,11 +10,14 @@ with ``fedplat certs``, enrolment tokens from ``fedplat tokens create``):
   moment and started again with the same run file. A share
   ``startup_share`` of the kills land uniformly in ``kill_after`` seconds
   after the process started (while starting, resuming, waiting for clients);
-  the others land uniformly within ``kill_within`` seconds after the restarted
-  coordinator completed a round of its own (while training, collecting,
-  aggregating, writing the next one), so that every cycle makes progress and
-  the kills hit a run that is moving. The client processes are never
-  touched: they reconnect and re-enrol by themselves.
+  the others land at a uniform moment of the round after one the restarted
+  coordinator completed of its own (a delay drawn uniformly within the length
+  of the round just completed, as the store times it: while training,
+  collecting, aggregating, writing the next one), so that every cycle makes
+  progress and the kills hit a run that is moving. A kill that would land
+  after the run completed is not made (the run is reported with fewer kills).
+  The client processes are never touched: they reconnect and re-enrol by
+  themselves.
 
 What is checked, from the store (``fedplat.store``) only:
 
@@ -80,7 +83,6 @@ class Setup:
     kill_after: tuple[float, float]  # seconds after the coordinator started
     seed: int
     startup_share: float = 0.25  # kills timed from the process start
-    kill_within: float = 2.0  # seconds after a round the restart completed
 
 
 # Rounds enough that the run outlasts every kill (a training-time kill comes a
@@ -153,20 +155,34 @@ def final_state(dep: Deployment) -> tuple[float | None, Any]:
 # ------------------------------------------------------------ one run
 
 
-def completed_rounds(dep: Deployment) -> int:
+def last_round(dep: Deployment) -> tuple[int, float]:
+    """The last completed round's number, and the shortest length in seconds of
+    the last three completed rounds (a round's pace: the first round also waits
+    for the clients to enrol); (0, 0.0) when none completed."""
     with dep.store() as store:
         run = store.get_run_by_name(dep.cfg["run"]["name"])
-        last = store.last_completed_round(run.id) if run else None
-        return last.number if last else 0
+        rounds = store.list_rounds(run.id) if run else []
+    done = [r for r in rounds if r.status == "completed" and r.finished_at]
+    if not done:
+        return 0, 0.0
+    pace = min((r.finished_at - r.started_at).total_seconds() for r in done[-3:])
+    return done[-1].number, pace
 
 
-def wait_for_round(dep: Deployment, coord: Any, done: int) -> None:
-    """Until the coordinator completes a round after ``done`` (or exits)."""
+def completed_rounds(dep: Deployment) -> int:
+    return last_round(dep)[0]
+
+
+def wait_for_round(dep: Deployment, coord: Any, done: int) -> float:
+    """Until the coordinator completes a round after ``done`` (or exits); the
+    length of the last completed round in seconds."""
     end = time.monotonic() + 900
     while time.monotonic() < end and coord.poll() is None:
-        if completed_rounds(dep) > done:
-            return
-        time.sleep(0.2)
+        number, seconds = last_round(dep)
+        if number > done:
+            return seconds
+        time.sleep(0.05)
+    return 0.0
 
 
 def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any]:
@@ -199,10 +215,11 @@ def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any
                 after = rng.uniform(*setup.kill_after)
                 time.sleep(max(0.0, after - (time.monotonic() - started)))
             else:
-                wait_for_round(dep, coord, completed_rounds(dep))
-                time.sleep(rng.uniform(0.0, setup.kill_within))
+                # After round 2 at the earliest: round 1 waits for enrolment.
+                pace = wait_for_round(dep, coord, max(1, completed_rounds(dep)))
+                time.sleep(rng.uniform(0.0, pace))
                 after = time.monotonic() - started
-            if coord.poll() is not None:
+            if coord.poll() is not None or completed_rounds(dep) >= setup.rounds:
                 break  # the run finished before this kill
             coord.send_signal(signal.SIGKILL)
             coord.wait(30)
