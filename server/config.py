@@ -330,11 +330,11 @@ class AdmissionSection(Strict):
 
     mode: Literal["tokens", "mtls", "open"] | None = None
     max_clients: int = Field(default=10_000, ge=1, le=1_000_000)
-    # Enrolment rate limit (token bucket) in every mode; open mode relies on it.
+    # Admission rate limit (token bucket) in every mode, spent only by new
+    # clients whose credential checked out; open mode relies on it.
     enrol_per_second: float = Field(default=50.0, gt=0)
     enrol_burst: int = Field(default=200, ge=1)
-    # Outstanding challenges (enrolments begun but not finished).
-    max_pending: int = Field(default=2_000, ge=1)
+    # How long a (stateless) enrolment challenge stays valid.
     challenge_seconds: float = Field(default=60.0, gt=0, le=3600)
     session_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)
     # How often revocations made with `fedplat clients revoke` are picked up.
@@ -355,6 +355,12 @@ class ServerSection(Strict):
     stream_idle_seconds: float = Field(default=30.0, gt=0, le=3600)
     # Updates decoded at once (each holds one model-sized scratch row).
     max_concurrent_uploads: int = Field(default=8, ge=1, le=1024)
+    # The HTTP/2 flow-control window of each incoming stream: the most an
+    # upload waiting for a decoding slot can make the coordinator buffer.
+    # gRPC's window auto-tuning (BDP probing) is off, since it grows windows
+    # until waiting uploads sit in memory whole; a larger window is faster on
+    # long-RTT links (throughput per stream <= window / RTT).
+    stream_window_bytes: int = Field(default=1 * MiB, ge=64 * 1024, le=64 * MiB)
     # Rows whose L2 norm exceeds this are refused as implausible (finite but
     # huge values would otherwise defeat distance-based rules).
     max_update_norm: float = Field(default=1e6, gt=0)

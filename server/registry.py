@@ -5,8 +5,10 @@ Who may speak, and as whom:
 - **Admission** (``admission.mode``): ``tokens`` needs a single-use token from
   ``fedplat tokens create``; ``mtls`` binds the client to its certificate (one
   certificate, one client id); ``open`` admits anyone, capped. Every mode caps the
-  number of clients and rate-limits enrolment, and every enrolment starts with a
-  server challenge (:meth:`ClientRegistry.challenge`).
+  number of clients and rate-limits admissions, and every enrolment starts with a
+  server challenge (:meth:`ClientRegistry.challenge`). What an attempt costs
+  before it is known to be admissible (nothing an honest device needs) is
+  :mod:`fedplat.server.admission`'s concern.
 - **Identity**: a client registers an Ed25519 public key and proves it holds the
   private key by signing the challenge. Re-enrolling under an existing id needs a
   signature by *that id's registered key* (under mTLS, the certificate suffices
@@ -32,8 +34,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from fedplat.server.admission import AdmissionLimits, Challenges, UsableTokens
 from fedplat.server.config import RunConfig
-from fedplat.server.ratelimit import TokenBucket
 
 from fedplat.security.certs import CertError, fingerprint
 from fedplat.security.identity import ENROL, verify
@@ -83,12 +85,6 @@ class PeerIdentity:
 
 
 @dataclass
-class _Pending:
-    client_id: str
-    expires: float
-
-
-@dataclass
 class Rejection:
     """A refusal the recorder stores as an event (rate-limited)."""
 
@@ -125,10 +121,16 @@ class ClientRegistry:
         self._on_seen = on_seen
         self._lock = threading.RLock()
         self._clients: dict[str, ClientState] = {}
-        self._pending: dict[bytes, _Pending] = {}
         self._next_seq = 0
-        self._bucket = TokenBucket(
+        self._challenges = Challenges(self.adm.challenge_seconds, clock)
+        self._limits = AdmissionLimits(
             self.adm.enrol_per_second, self.adm.enrol_burst, clock
+        )
+        # Ids enrolled in the run (this process or an earlier one): an unknown
+        # id is refused without a database read.
+        self._ids = {c.id for c in store.list_clients(run_id)}
+        self._tokens = (
+            UsableTokens(store, cfg.run.name, clock) if self.mode == "tokens" else None
         )
         self._revoked = set(store.list_revoked(run_id))
         self._revocations_checked = clock()
@@ -143,45 +145,55 @@ class ClientRegistry:
 
     # --------------------------------------------------------------- challenge
     def challenge(self, client_id: str) -> Challenge:
-        """A fresh single-use challenge for an enrolment (rate-limited)."""
-        now = self.clock()
-        with self._lock:
-            if not self._bucket.take():
-                self._refuse(
-                    ResourceExhausted("enrolment rate limit; retry later"),
-                    "enrol_rate_limited",
-                )
-            for nonce in [n for n, p in self._pending.items() if p.expires <= now]:
-                del self._pending[nonce]
-            if len(self._pending) >= self.adm.max_pending:
-                self._refuse(
-                    ResourceExhausted("too many enrolments in progress"),
-                    "enrol_pending_cap",
-                )
-            nonce = secrets.token_bytes(32)
-            expires = now + self.adm.challenge_seconds
-            self._pending[nonce] = _Pending(client_id, expires)
-        return Challenge(nonce, expires)
+        """A single-use challenge for an enrolment as ``client_id`` ("" for a
+        new client); stateless, so it costs nothing to issue."""
+        return self._challenges.issue(client_id)
 
-    def _take_challenge(self, req: EnrollRequest) -> None:
-        with self._lock:
-            pending = self._pending.pop(req.challenge, None)
-        if pending is None or pending.expires <= self.clock():
+    def _prefilter(self, req: EnrollRequest) -> None:
+        """Checks that need neither the database nor a signature verification,
+        so that attempts which cannot succeed cost next to nothing."""
+        problem = self._challenges.problem(req.challenge, req.client_id)
+        if problem is not None:
+            self._refuse(PermissionDenied(problem), "enrolment_refused")
+        if req.client_id and self.mode != "mtls" and req.client_id not in self._ids:
             self._refuse(
-                PermissionDenied("unknown or expired enrolment challenge"),
+                UnknownClient(
+                    f"client {req.client_id!r} is not enrolled in "
+                    "this run; enrol without an id"
+                ),
                 "enrolment_refused",
             )
-        assert pending is not None
-        if pending.client_id != req.client_id:
+        if req.client_id or self._tokens is None:
+            return  # a known id proves itself by its key
+        if not req.enrolment_token:
             self._refuse(
-                PermissionDenied("challenge was issued for another client id"),
+                PermissionDenied(
+                    "this run admits clients with an enrolment token "
+                    "(fedplat tokens create)"
+                ),
+                "enrolment_refused",
+            )
+        known = self._tokens.known(req.enrolment_token)
+        if known is None:
+            self._refuse(
+                ResourceExhausted("enrolment token not known yet; retry in a second"),
+                "enrolment_refused",
+            )
+        if not known:  # not usable even after a fresh read: the store says why
+            problem = self.store.token_problem(
+                req.enrolment_token, run_name=self.cfg.run.name
+            )
+            self._refuse(
+                ResourceExhausted("enrolment token just made; retry")
+                if problem is None  # made between the two reads
+                else PermissionDenied(problem),
                 "enrolment_refused",
             )
 
     # ----------------------------------------------------------------- enrol
     def enroll(self, req: EnrollRequest, peer: PeerIdentity) -> Enrollment:
         """Admit a client (or re-admit a known one) and start its session."""
-        self._take_challenge(req)
+        self._prefilter(req)
         # Proof of possession: the caller signs the challenge with the key it
         # presents, so nobody registers (or replays) a key it does not hold.
         if not verify(
@@ -286,19 +298,12 @@ class ClientRegistry:
                 ),
                 "enrolment_cap",
             )
-        if self.mode == "tokens" and not req.enrolment_token:
-            self._refuse(
-                PermissionDenied(
-                    "this run admits clients with an enrolment token "
-                    "(fedplat tokens create)"
-                ),
-                "enrolment_refused",
-            )
 
     def _admit(
         self, req: EnrollRequest, client_id: str | None, cert: str | None
     ) -> Enrollment:
         new = client_id is None
+        self._spend(req, client_id)
         client_id = client_id or secrets.token_hex(8)
         max_examples = None
         if new and self.mode == "tokens":
@@ -312,6 +317,8 @@ class ClientRegistry:
             except TokenError as exc:
                 self._refuse(PermissionDenied(str(exc)), "enrolment_refused")
             max_examples, token_id = tok.max_examples, tok.id
+            assert self._tokens is not None
+            self._tokens.used(req.enrolment_token)
         else:
             token_id = None
         try:
@@ -329,7 +336,27 @@ class ClientRegistry:
             )
         except StoreError as exc:
             self._refuse(PermissionDenied(str(exc)), "identity_refused", client_id)
+        self._ids.add(client_id)
         return self._start_session(req, client_id, rec.max_examples, new)
+
+    def _spend(self, req: EnrollRequest, client_id: str | None) -> None:
+        """An admissible enrolment spends its challenge and the rate limit."""
+        if not self._challenges.spend(req.challenge):
+            self._refuse(
+                PermissionDenied("enrolment challenge already used"),
+                "enrolment_refused",
+                client_id,
+            )
+        if not self._limits.admit(client_id):
+            self._refuse(
+                ResourceExhausted(
+                    "enrolment rate limit"
+                    + ("" if client_id is None else " for this client")
+                    + "; retry later"
+                ),
+                "enrol_rate_limited",
+                client_id,
+            )
 
     def _start_session(
         self, req: EnrollRequest, client_id: str, max_examples: int | None, new: bool

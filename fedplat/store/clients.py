@@ -51,6 +51,25 @@ def token_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+def _check_prefix(secret: object) -> None:
+    if not isinstance(secret, str) or not secret.startswith(TOKEN_PREFIX):
+        raise TokenError("not an enrolment token")
+
+
+def _check_token(row: EnrolmentToken | None, run_name: str, now: datetime) -> None:
+    """Raise a :class:`TokenError` naming why ``row`` cannot be used now."""
+    if row is None:
+        raise TokenError("unknown enrolment token")
+    if row.revoked_at is not None:
+        raise TokenError(f"enrolment token {row.id} was revoked")
+    if row.used_at is not None:
+        raise TokenError(f"enrolment token {row.id} was already used")
+    if row.expires_at <= now:
+        raise TokenError(f"enrolment token {row.id} expired")
+    if row.run_name is not None and row.run_name != run_name:
+        raise TokenError(f"enrolment token {row.id} is for another run")
+
+
 class ClientsStore(StoreBase):
     """Clients enrolled in runs."""
 
@@ -296,8 +315,7 @@ class ClientsStore(StoreBase):
     ) -> EnrolmentTokenRecord:
         """Mark the token used by ``client_id``; a :class:`TokenError` (a
         StoreError) names why it cannot be used."""
-        if not isinstance(secret, str) or not secret.startswith(TOKEN_PREFIX):
-            raise TokenError("not an enrolment token")
+        _check_prefix(secret)
         now = _now()
         with self._write() as session:
             row = session.scalar(
@@ -305,16 +323,8 @@ class ClientsStore(StoreBase):
                 .where(EnrolmentToken.token_hash == token_hash(secret))
                 .with_for_update()
             )
-            if row is None:
-                raise TokenError("unknown enrolment token")
-            if row.revoked_at is not None:
-                raise TokenError(f"enrolment token {row.id} was revoked")
-            if row.used_at is not None:
-                raise TokenError(f"enrolment token {row.id} was already used")
-            if row.expires_at <= now:
-                raise TokenError(f"enrolment token {row.id} expired")
-            if row.run_name is not None and row.run_name != run_name:
-                raise TokenError(f"enrolment token {row.id} is for another run")
+            _check_token(row, run_name, now)
+            assert row is not None
             row.used_at = now
             row.used_run_id = run_id
             row.used_client_id = client_id
@@ -327,6 +337,35 @@ class ClientsStore(StoreBase):
                 select(EnrolmentToken).order_by(EnrolmentToken.created_at)
             )
             return [_token_record(r) for r in rows]
+
+    def token_problem(self, secret: str, *, run_name: str) -> str | None:
+        """Why ``secret`` cannot enrol a client of ``run_name`` now (the
+        message :meth:`consume_token` would raise), or None; reads only."""
+        try:
+            _check_prefix(secret)
+            with self._read() as session:
+                row = session.scalar(
+                    select(EnrolmentToken).where(
+                        EnrolmentToken.token_hash == token_hash(secret)
+                    )
+                )
+                _check_token(row, run_name, _now())
+        except TokenError as exc:
+            return str(exc)
+        return None
+
+    def usable_token_hashes(self, run_name: str) -> set[str]:
+        """The SHA-256 digests of the tokens ``run_name`` could enrol a client
+        with now: not used, not revoked, not expired, for this run or any run
+        (:meth:`consume_token` stays the authority; this is a prefilter)."""
+        query = select(EnrolmentToken.token_hash).where(
+            EnrolmentToken.used_at.is_(None),
+            EnrolmentToken.revoked_at.is_(None),
+            EnrolmentToken.expires_at > _now(),
+            (EnrolmentToken.run_name.is_(None)) | (EnrolmentToken.run_name == run_name),
+        )
+        with self._read() as session:
+            return set(session.scalars(query))
 
     def revoke_token(self, token_id: str) -> EnrolmentTokenRecord:
         with self._write() as session:

@@ -96,6 +96,84 @@ def test_sybil_flood_without_tokens_is_refused_and_bounded(served: Any) -> None:
     assert any("more" in e.message for e in store.list_events(srv.coord.run_id))
 
 
+def test_a_flood_of_made_up_tokens_spends_neither_budget_nor_database(
+    tmp_path: Path,
+) -> None:
+    # An admission budget of 2 (nothing refills it during the test): before
+    # challenges were stateless and the budget was spent by every attempt, the
+    # flood below left none for the two honest devices.
+    raw = run_config(
+        tmp_path,
+        rounds=1,
+        clients=2,
+        quorum=2,
+        admission={"enrol_per_second": 1e-3, "enrol_burst": 2},
+    )
+    srv = BackgroundServer(parse_config(raw)).start()
+    try:
+        store = srv.coord.registry.store
+        calls: list[str] = []
+        names = ("usable_token_hashes", "token_problem", "consume_token")
+        for name in names:
+            real = getattr(store, name)
+
+            def counted(*a: Any, _real: Any = real, _n: str = name, **kw: Any) -> Any:
+                calls.append(_n)
+                return _real(*a, **kw)
+
+            setattr(store, name, counted)
+        tokens = issue_tokens(raw, 2)  # handed to the devices before the flood
+        codes: list[grpc.StatusCode] = []
+
+        def flood() -> None:
+            fake = RawClient(f"127.0.0.1:{srv.port}", srv.coord.layout, name="sybil")
+            for i in range(150):
+                fake.token = f"fpt1.{i:012x}.made-up"
+                with pytest.raises(grpc.RpcError) as info:
+                    fake.enroll()
+                codes.append(info.value.code())
+
+        floods = [threading.Thread(target=flood) for _ in range(4)]
+        t0 = time.monotonic()
+        for t in floods:
+            t.start()
+        for t in floods:
+            t.join()
+        seconds = time.monotonic() - t0
+        assert set(codes) <= {
+            grpc.StatusCode.PERMISSION_DENIED,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        }
+        # The store was read at the prefilter's reload rate (burst 10, 2 per
+        # second), not once per attempt: only a miss after a fresh read asks
+        # the store why (to say so), and no made-up token reached a write.
+        reloads = calls.count("usable_token_hashes")
+        assert len(codes) == 600 and reloads <= 10 + 2 * seconds + 1
+        assert calls.count("token_problem") <= reloads
+        assert calls.count("consume_token") == 0
+        honest = [
+            RawClient(f"127.0.0.1:{srv.port}", srv.coord.layout, name=f"h{i}", token=t)
+            for i, t in enumerate(tokens)
+        ]
+        honest[0].enroll()  # at once, no retry needed
+        # A token made during a flood is found by a reload within a second: a
+        # device retries RESOURCE_EXHAUSTED, as the SDK does.
+        wait_for(lambda: _enrols(honest[1]), 10, "the second device to enrol")
+        store = _finish(srv, raw, *honest)
+        assert len(store.list_clients(srv.coord.run_id)) == 2
+    finally:
+        srv.stop()
+
+
+def _enrols(c: RawClient) -> bool:
+    try:
+        c.enroll()
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc.details()
+        return False
+    return True
+
+
 def test_refusal_does_not_reveal_the_model_to_a_caller_without_a_token(
     served: Any,
 ) -> None:

@@ -1,0 +1,182 @@
+"""What an enrolment attempt may cost the coordinator before it is admissible.
+
+Anyone who reaches the port can send enrolment attempts as fast as gRPC takes
+them. None of them may spend anything an honest device needs to enrol:
+
+- **Challenges are stateless.** A challenge carries its expiry and 16 random
+  bytes, sealed with an HMAC (a key of this coordinator process) over those and
+  the client id it was issued for (:class:`Challenges`). Checking one needs no
+  record of having issued it, so issuing costs no memory and needs no rate
+  limit. Only the challenges of *admitted* enrolments are remembered, until
+  they expire, to refuse a replay; that set grows with admissions, which are
+  bounded below.
+- **Tokens are checked in memory first** (:class:`UsableTokens`). The digests
+  of the enrolment tokens this run could use are read from the store at start,
+  and again when an unknown token comes in, at a bounded rate, so a flood of
+  made-up tokens costs set lookups, not database transactions. The store stays
+  the authority (:meth:`~fedplat.store.Store.consume_token`).
+- **The enrolment rate limit spends on admissions only**
+  (:class:`AdmissionLimits`). ``admission.enrol_per_second`` is charged by a
+  new client whose credential checked out, just before it is admitted: under
+  ``tokens`` and ``mtls`` an outsider never reaches it, so a flood cannot drain
+  it; under ``open`` everyone is admissible and it caps the rate at which
+  anyone (sybils included) enrols. Re-enrolment under an existing id (after a
+  coordinator restart or an expired session) is limited per client, so an
+  admitted client cannot spend the others' budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from fedplat.server.ratelimit import TokenBucket
+
+from fedplat.store import Store
+from fedplat.store.clients import TOKEN_PREFIX, token_hash
+from fedplat.transport.messages import Challenge
+
+# version, expiry (milliseconds since the epoch), random
+_HEAD = struct.Struct(">BQ16s")
+_VERSION = 1
+_MAC_BYTES = 32
+CHALLENGE_BYTES = _HEAD.size + _MAC_BYTES  # 57, under the wire's 64-byte cap
+
+#: Re-enrolments one client may make at once, and per second sustained.
+REENROL_BURST = 5
+REENROL_PER_SECOND = 0.1
+
+
+class Challenges:
+    """Stateless, single-use enrolment challenges (see the module docstring)."""
+
+    def __init__(
+        self, seconds: float, clock: Callable[[], float], key: bytes | None = None
+    ) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._key = key or secrets.token_bytes(32)
+        self._lock = threading.Lock()
+        # The MACs of admitted enrolments' challenges, oldest first -> expiry.
+        self._spent: OrderedDict[bytes, float] = OrderedDict()
+
+    def _mac(self, head: bytes, client_id: str) -> bytes:
+        return hmac.new(self._key, head + client_id.encode(), hashlib.sha256).digest()
+
+    def issue(self, client_id: str) -> Challenge:
+        expires = self._clock() + self.seconds
+        head = _HEAD.pack(_VERSION, int(expires * 1000), secrets.token_bytes(16))
+        return Challenge(head + self._mac(head, client_id), expires)
+
+    def problem(self, challenge: bytes, client_id: str) -> str | None:
+        """Why ``challenge`` cannot enrol ``client_id`` now, or None."""
+        if len(challenge) != CHALLENGE_BYTES:
+            return "not an enrolment challenge of this coordinator"
+        head, mac = challenge[: _HEAD.size], challenge[_HEAD.size :]
+        version, expires_ms, _ = _HEAD.unpack(head)
+        if version != _VERSION or not hmac.compare_digest(
+            mac, self._mac(head, client_id)
+        ):
+            return (
+                "unknown enrolment challenge (not issued by this coordinator "
+                "process, or issued for another client id)"
+            )
+        if expires_ms / 1000 <= self._clock():
+            return "expired enrolment challenge"
+        if mac in self._spent:
+            return "enrolment challenge already used"
+        return None
+
+    def spend(self, challenge: bytes) -> bool:
+        """Mark an admitted enrolment's challenge used; False if it already was
+        (two enrolments raced with one challenge)."""
+        mac = challenge[_HEAD.size :]
+        expires = _HEAD.unpack(challenge[: _HEAD.size])[1] / 1000
+        now = self._clock()
+        with self._lock:
+            while self._spent:
+                oldest, at = next(iter(self._spent.items()))
+                if at > now:
+                    break
+                del self._spent[oldest]
+            if mac in self._spent:
+                return False
+            self._spent[mac] = expires
+            return True
+
+    def __len__(self) -> int:
+        """Challenges remembered as spent (not yet expired)."""
+        return len(self._spent)
+
+
+class UsableTokens:
+    """The digests of the enrolment tokens the run could use, in memory.
+
+    An unknown token makes the store be read again, at most ``reload_burst``
+    times at once and ``reloads_per_second`` sustained: a token made after the
+    last read is found, and a flood of made-up tokens cannot turn into a flood
+    of database reads.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run_name: str,
+        clock: Callable[[], float],
+        reloads_per_second: float = 2.0,
+        reload_burst: int = 10,
+    ) -> None:
+        self.store = store
+        self.run_name = run_name
+        self._lock = threading.Lock()
+        self._reloads = TokenBucket(reloads_per_second, reload_burst, clock)
+        self._digests = store.usable_token_hashes(run_name)
+
+    def known(self, secret: str) -> bool | None:
+        """True if ``secret`` is a usable token as far as the store's last read
+        knows; False if it is not, even after a fresh read; None if it is
+        unknown and the reload budget is spent (retry: a token made since the
+        last read is found within a second)."""
+        if not secret.startswith(TOKEN_PREFIX):
+            return False
+        digest = token_hash(secret)
+        if digest in self._digests:
+            return True
+        with self._lock:
+            if not self._reloads.take():
+                return None
+            self._digests = self.store.usable_token_hashes(self.run_name)
+            return digest in self._digests
+
+    def used(self, secret: str) -> None:
+        self._digests.discard(token_hash(secret))
+
+
+class AdmissionLimits:
+    """The enrolment rate limit: new clients share one bucket, each known
+    client re-enrols from a bucket of its own."""
+
+    def __init__(self, per_second: float, burst: int, clock: Callable[[], float]):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._new = TokenBucket(per_second, burst, clock)
+        self._known: dict[str, TokenBucket] = {}
+
+    def admit(self, client_id: str | None) -> bool:
+        """Spend the budget of one admission (``client_id`` None: a new client)."""
+        with self._lock:
+            if client_id is None:
+                return self._new.take()
+            bucket = self._known.get(client_id)
+            if bucket is None:
+                bucket = TokenBucket(REENROL_PER_SECOND, REENROL_BURST, self._clock)
+                self._known[client_id] = bucket
+            return bucket.take()
+
+
+__all__ = ["CHALLENGE_BYTES", "AdmissionLimits", "Challenges", "UsableTokens"]
