@@ -575,6 +575,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dp-only", action="store_true", help="with --tune: only epsilon 4"
     )
     ap.add_argument(
+        "--only",
+        help="run these rows (e.g. eps4_sketch,eps2_sketch) and keep the others "
+        "from --out, which must have been made with the same setup",
+    )
+    ap.add_argument(
         "--markdown",
         action="store_true",
         help="print the docs table rendered from --out and exit",
@@ -607,8 +612,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # epsilon against no DP) before the sketched comparisons.
     rows = [Row(eps, sk) for sk in (False, True) for eps in setup.epsilons]
     jobs = [(setups[r.epsilon is not None, r.sketch], r) for r in rows]
+    kept, earlier = _kept_rows(ap, args, setup, rows)
+    todo = [i for i in range(len(rows)) if i not in kept]
 
-    def write(done: dict[int, dict[str, Any]]) -> None:
+    def write(ran: dict[int, dict[str, Any]]) -> None:
+        done = {**kept, **{todo[j]: row for j, row in ran.items()}}
         out = [done[i] for i in sorted(done)]
         results = {
             "benchmark": "dp_fedavg",
@@ -635,10 +643,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tuning": tuning,
             "environment": environment(started),
         }
+        if kept:
+            results["setup"]["rows_kept_from_an_earlier_run"] = [
+                rows[i].name for i in sorted(kept)
+            ]
+            results["earlier_environment"] = earlier
         write_results(args.out, results, started)
 
-    _run_jobs(jobs, setup.jobs, "test", on_done=write)
+    _run_jobs([jobs[i] for i in todo], setup.jobs, "test", on_done=write)
     return 0
+
+
+def _kept_rows(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, setup: Setup, rows: list[Row]
+) -> tuple[dict[int, dict[str, Any]], Any]:
+    """With ``--only``: the other rows of ``--out`` (by index), and the
+    environment they were measured in; the stored setup must be this one."""
+    if not args.only:
+        return {}, None
+    wanted = set(args.only.split(","))
+    unknown = wanted - {r.name for r in rows}
+    if unknown:
+        ap.error(f"--only: no row named {', '.join(sorted(unknown))}")
+    prev = json.loads(args.out.read_text())
+    skip = ("jobs", "d", "rows_run", "rows_not_run", "rows_kept_from_an_earlier_run")
+    stored = {k: v for k, v in prev["setup"].items() if k not in skip}
+    ours = json.loads(
+        json.dumps({k: v for k, v in asdict(setup).items() if k != "jobs"})
+    )
+    if stored != ours:
+        ap.error(f"--only: {args.out} was made with another setup")
+    kept = {}
+    for i, r in enumerate(rows):
+        found = [
+            x
+            for x in prev["rows"]
+            if x["epsilon_target"] == r.epsilon and x["sketch"] == r.sketch
+        ]
+        if r.name not in wanted and found:
+            kept[i] = found[0]
+    return kept, prev.get("earlier_environment") or prev["environment"]
 
 
 if __name__ == "__main__":
