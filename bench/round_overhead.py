@@ -31,7 +31,9 @@ round (``base``: interpreter, torch, store, gRPC) plus model-sized (``4 d``
 bytes) buffers: ``F`` fixed ones (global weights, the serialized download,
 aggregate, new weights, the checkpoint's bytes, the running sum) and the
 accumulator's rows: ``min(n, max_concurrent_uploads)`` scratch rows for the
-running sum (``O(d)`` whatever ``n``), ``n`` rows for the row stack. A client
+running sum (``O(d)`` whatever ``n``), ``n`` rows for the row stack; and each
+upload stream's HTTP/2 receive window ``w`` (``server.stream_window_bytes``),
+what an upload waiting for a decoding slot holds. A client
 holds its model and one model-sized vector (download, then update in place):
 ``2 x 4 d`` bytes plus a chunk each way. The JSON states the model, the
 measured buffers per case and whether every peak is within it.
@@ -106,9 +108,20 @@ def rows_held(rule: str, clients: int) -> int:
     return clients if rule == "krum" else min(clients, MAX_CONCURRENT_UPLOADS)
 
 
+def _stream_window() -> int:
+    from fedplat.server.config import ServerSection
+
+    return int(ServerSection.model_fields["stream_window_bytes"].default)
+
+
+#: The HTTP/2 receive window of each upload stream (server.stream_window_bytes):
+#: what an upload waiting for a decoding slot holds in the coordinator.
+STREAM_WINDOW = _stream_window()
+
+
 def predicted_mb(base_mb: float, rule: str, clients: int, params: int) -> float:
     buffers = FIXED_BUFFERS[rule] + rows_held(rule, clients)
-    return base_mb + buffers * 4 * params / MB
+    return base_mb + buffers * 4 * params / MB + clients * STREAM_WINDOW / MB
 
 
 def _mem_available_mb() -> float:
@@ -248,14 +261,16 @@ def summarize(
 def memory_model() -> dict[str, Any]:
     return {
         "server_running_sum": {
-            "formula": "base + 4 d (F + min(n, max_concurrent_uploads))",
+            "formula": "base + 4 d (F + min(n, max_concurrent_uploads)) + n w",
             "F": FIXED_BUFFERS["fedavg"],
             "max_concurrent_uploads": MAX_CONCURRENT_UPLOADS,
+            "w": f"{STREAM_WINDOW} bytes (server.stream_window_bytes: what an "
+            "upload waiting for a decoding slot holds)",
             "bytes_per_parameter": f"4 x ({FIXED_BUFFERS['fedavg']} + min(n, 16))",
             "bytes_per_client_per_parameter": "4 for the first 16 clients, then 0",
         },
         "server_row_stack": {
-            "formula": "base + 4 d (F + n)",
+            "formula": "base + 4 d (F + n) + n w",
             "F": FIXED_BUFFERS["krum"],
             "bytes_per_parameter": f"4 x ({FIXED_BUFFERS['krum']} + n)",
             "bytes_per_client_per_parameter": 4,

@@ -156,6 +156,9 @@ class Server:
                 ("grpc.keepalive_time_ms", 30_000),
                 ("grpc.keepalive_timeout_ms", 10_000),
                 ("grpc.http2.max_pings_without_data", 0),
+                # A fixed receive window per stream (ServerSection).
+                ("grpc.http2.bdp_probe", 0),
+                ("grpc.http2.lookahead_bytes", s.stream_window_bytes),
             ],
         )
         self.server.add_generic_rpc_handlers(

@@ -35,11 +35,13 @@ def test_running_sum_rows_are_capped_and_row_stack_rows_are_not() -> None:
 
     assert rows_held("fedavg", 100) == 16 and rows_held("fedavg", 4) == 4
     assert rows_held("krum", 100) == 100
-    # 100 x 10M: base + 4 bytes x 10M x (F + rows).
+    # 100 x 10M: base + 4 bytes x 10M x (F + rows) + 100 receive windows of
+    # 1 MiB (1.048576 MB).
+    windows = 100 * 1.048576
     fedavg = predicted_mb(400.0, "fedavg", 100, 10_000_000)
-    assert fedavg == pytest.approx(400 + 40 * (FIXED_BUFFERS["fedavg"] + 16))
+    assert fedavg == pytest.approx(400 + 40 * (FIXED_BUFFERS["fedavg"] + 16) + windows)
     krum = predicted_mb(400.0, "krum", 100, 10_000_000)
-    assert krum == pytest.approx(400 + 40 * (FIXED_BUFFERS["krum"] + 100))
+    assert krum == pytest.approx(400 + 40 * (FIXED_BUFFERS["krum"] + 100) + windows)
 
 
 def _rep(peak: float, client_peak: float, rounds: list[float]) -> dict[str, Any]:
