@@ -1,5 +1,6 @@
 """docs/scale.md's fleet blocks, rendered from the committed JSON of
-bench/vs_flower.py, bench/load.py and bench/round_overhead.py (issue 15).
+bench/vs_flower.py, bench/load.py, bench/round_overhead.py and
+bench/stream_window.py (issue 15).
 
 Usage::
 
@@ -150,6 +151,36 @@ def round_overhead_block(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def stream_window_block(data: dict[str, Any]) -> str:
+    """Uploads waiting for a slot: the coordinator's window against gRPC's."""
+    s, rows = data["setup"], data["rows"]
+    lines = [
+        f"`bench/results/stream_window.json`: {s['streams']} streams of "
+        f"{s['stream_mb']} MiB ({data['bytes_waiting_mb']} MB) behind one slot, "
+        f"{s['repetitions']} interleaved repetition(s); load average "
+        f"{s['load_average']['start'][0]} at the start, "
+        f"{s['load_average']['end'][0]} at the end.",
+        "",
+        "| server options | peak RSS growth | all streams done |",
+        "|---|---|---|",
+    ]
+    for name, label in (
+        ("coordinator", "the coordinator's (fixed window, BDP probing off)"),
+        ("grpc_auto_tuning", "gRPC's defaults (BDP probing)"),
+    ):
+        r = rows[name]
+        lines.append(
+            f"| {label} | {r['peak_growth_mb']} MB | {_s(r['median_seconds'])} |"
+        )
+    lines += [
+        "",
+        f"gRPC's defaults held {data['memory_ratio_auto_tuning_vs_coordinator']}x "
+        "the memory; the coordinator's options took "
+        f"{data['time_ratio_coordinator_vs_auto_tuning']}x the time.",
+    ]
+    return "\n".join(lines)
+
+
 def doc_blocks() -> dict[str, str]:
     """docs/scale.md's generated blocks, from the committed results."""
 
@@ -161,6 +192,7 @@ def doc_blocks() -> dict[str, str]:
         "fleet-vs-flower": vs_flower_block(read("vs_flower.json")),
         "fleet-load": load_block(read("load.json")),
         "fleet-round-overhead": round_overhead_block(read("round_overhead.json")),
+        "fleet-stream-window": stream_window_block(read("stream_window.json")),
     }
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 from fedplat.server.checkpoint import CheckpointError, check_writable
-from fedplat.server.config import ConfigError, RunConfig
+from fedplat.server.config import ConfigError, RunConfig, ServerSection
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.servicer import SERVICE, CoordinatorServicer
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -147,20 +147,7 @@ class Server:
 
     async def start(self) -> None:
         s = self.cfg.server
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", s.max_message_bytes),
-                ("grpc.max_receive_message_length", s.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-                # A client must answer keepalive pings; dead peers are dropped.
-                ("grpc.keepalive_time_ms", 30_000),
-                ("grpc.keepalive_timeout_ms", 10_000),
-                ("grpc.http2.max_pings_without_data", 0),
-                # A fixed receive window per stream (ServerSection).
-                ("grpc.http2.bdp_probe", 0),
-                ("grpc.http2.lookahead_bytes", s.stream_window_bytes),
-            ],
-        )
+        self.server = grpc.aio.server(options=grpc_options(s))
         self.server.add_generic_rpc_handlers(
             (CoordinatorServicer(self.coord).handler(),)
         )
@@ -204,6 +191,22 @@ class Server:
         await self.server.stop(grace)
         self.coord.ctx.recorder.stop()
         self.store.close()
+
+
+def grpc_options(s: ServerSection) -> list[tuple[str, int]]:
+    """The coordinator's gRPC server options."""
+    return [
+        ("grpc.max_send_message_length", s.max_message_bytes),
+        ("grpc.max_receive_message_length", s.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        # A client must answer keepalive pings; dead peers are dropped.
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.max_pings_without_data", 0),
+        # A fixed receive window per stream (ServerSection.stream_window_bytes).
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", s.stream_window_bytes),
+    ]
 
 
 class BackgroundServer:

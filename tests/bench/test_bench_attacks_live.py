@@ -18,12 +18,10 @@ import pytest
 from tests.support import REPO, run_bench
 
 
-# Opt-in (-m slow): on a quiet 2-core host the sybil_flood row starves the honest
-# clients' enrolments (one enrolment rate-limit bucket per port, a known gap in
-# docs/security.md): with 4 clients one gives up after 300 s of refusals and the
-# row, then the test, fails after many minutes. Kept as the regression test for
-# the fix (per-source buckets or stateless challenges).
-@pytest.mark.slow
+# The sybil_flood row is the regression test of honest enrolment under a flood:
+# before challenges were stateless and the admission budget was spent only by
+# admissible enrolments, the flood drained the one budget and a 4-client run
+# never reached min_available.
 @pytest.mark.integration  # starts real processes
 @pytest.mark.timeout(1800)  # a loaded host takes minutes per run
 def test_tiny_attacks_are_blocked_and_honest_clients_unaffected(
