@@ -665,6 +665,10 @@ def _kept_rows(
     unknown = wanted - {r.name for r in rows}
     if unknown:
         ap.error(f"--only: no row named {', '.join(sorted(unknown))}")
+    if not args.out.is_file():
+        ap.error(
+            f"--only: {args.out} does not exist (the rows to keep are read from it)"
+        )
     prev = json.loads(args.out.read_text())
     skip = ("jobs", "d", "rows_run", "rows_not_run", "rows_kept_from_an_earlier_run")
     stored = {k: v for k, v in prev["setup"].items() if k not in skip}
