@@ -445,6 +445,17 @@ def render_markdown(results: dict[str, Any]) -> str:
     missing = results["setup"].get("rows_not_run")
     if missing:
         lines += ["", f"Not run (stopped before they finished): {', '.join(missing)}."]
+    kept = results["setup"].get("rows_kept_from_an_earlier_run")
+    if kept:
+        others = [
+            name for name in results["setup"]["rows_run"] if name not in set(kept)
+        ]
+        lines += [
+            "",
+            f"Rows {', '.join(others)} were run by a second invocation (`--only`, "
+            f"same setup); {', '.join(kept)} come from the first (wall times "
+            "differ with the host's load, not only with the row).",
+        ]
     lines += ["", "| goal | gap (points) | met? |", "|---|---|---|"]
     for name, g in results["goals"].items():
         gap = g["gap_points"]
