@@ -51,6 +51,8 @@ __all__ = ["SERVICE", "PeerServer", "PeerService"]
 log = logging.getLogger("fedplat.gossip.grpc")
 T = TypeVar("T")
 SERVICE = "fedplat.gossip.v1.Peer"
+#: How long starting (binding, serving) the peer's gRPC server may take.
+START_SECONDS = 60.0
 
 
 def _parsed(msg: Any) -> Any:
@@ -277,8 +279,17 @@ class PeerServer:
             self._end_loop()
             raise
 
-    def _call(self, coro: Any, timeout: float = 10.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        timeout = START_SECONDS if timeout is None else timeout
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise OSError(
+                f"the peer's gRPC server did not answer within {timeout:g} s "
+                "(an overloaded host?)"
+            ) from None
 
     async def _bind(
         self,

@@ -367,3 +367,22 @@ def test_pulled_model_is_the_published_one(data: NodeData, files: ClusterFiles) 
         assert msg.header.layout == node.layout
     finally:
         node.stop()
+
+
+def test_a_peer_server_that_does_not_start_in_time_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A loaded host once took over 10 s to start a peer's gRPC server, and the
+    # node died with a bare TimeoutError traceback.
+    import asyncio
+
+    from fedplat.gossip import server as mod
+
+    async def slow_bind(self: object, *args: object) -> int:
+        await asyncio.sleep(5)
+        return 1
+
+    monkeypatch.setattr(mod.PeerServer, "_bind", slow_bind)
+    monkeypatch.setattr(mod, "START_SECONDS", 0.2)
+    with pytest.raises(OSError, match=r"did not answer within 0.2 s"):
+        mod.PeerServer(None, "127.0.0.1:0", None, [])  # type: ignore[arg-type]
