@@ -7,17 +7,17 @@ with ``fedplat certs``, enrolment tokens from ``fedplat tokens create``):
 
 * **undisturbed**: the run goes from start to finish;
 * **disturbed**: ``kills`` times, the coordinator is SIGKILLed at a random
-  moment and started again with the same run file. A share
-  ``startup_share`` of the kills land uniformly in ``kill_after`` seconds
-  after the process started (while starting, resuming, waiting for clients);
-  the others land at a uniform moment of the round after one the restarted
-  coordinator completed of its own (a delay drawn uniformly within the length
-  of the round just completed, as the store times it: while training,
-  collecting, aggregating, writing the next one), so that every cycle makes
-  progress and the kills hit a run that is moving. A kill that would land
-  after the run completed is not made (the run is reported with fewer kills).
-  The client processes are never touched: they reconnect and re-enrol by
-  themselves.
+  moment and started again with the same run file. A share ``startup_share``
+  of the kills (in a seeded random order) land uniformly in ``kill_after``
+  seconds after the process started (while starting, resuming, waiting for
+  clients); the others land at a uniform moment of the round after one the
+  restarted coordinator completed of its own (a delay drawn uniformly within
+  the length of the round just completed, as the store times it: while
+  training, collecting, aggregating, writing the next one), so that every
+  cycle makes progress and the kills hit a run that is moving. A kill that
+  would land after the run completed is not made (the run is reported with
+  fewer kills). The client processes are never touched: they reconnect and
+  re-enrol by themselves.
 
 What is checked, from the store (``fedplat.store``) only:
 
@@ -187,6 +187,10 @@ def wait_for_round(dep: Deployment, coord: Any, done: int) -> float:
 
 def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any]:
     rng = random.Random(setup.seed)
+    # Exactly round(kills x startup_share) startup kills, in a seeded order.
+    starts = round(setup.kills * setup.startup_share)
+    moments = ["startup"] * starts + ["after a round"] * (setup.kills - starts)
+    rng.shuffle(moments)
     n = setup.clients
     cfg = run_file(
         workdir,
@@ -210,7 +214,7 @@ def run_once(setup: Setup, workdir: Path, kill: bool, say: Any) -> dict[str, Any
         tokens = dep.tokens(n)
         clients = [dep.client(i, n, tokens[i]) for i in range(n)]
         while kill and len(kills) < setup.kills:
-            startup = rng.random() < setup.startup_share
+            startup = moments[len(kills)] == "startup"
             if startup:
                 after = rng.uniform(*setup.kill_after)
                 time.sleep(max(0.0, after - (time.monotonic() - started)))
