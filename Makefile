@@ -42,7 +42,7 @@ test-fast: setup
 lint:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	PATH=$(VENV)/bin:$$PATH bash scripts/typecheck.sh
+	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/typecheck.sh
 
 proto:
 	PATH=$(VENV)/bin:$$PATH bash scripts/gen_proto.sh
