@@ -35,17 +35,26 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
+from fedplat.server.config import RunConfig
 from fedplat.server.ratelimit import TokenBucket
 
 from fedplat.store import Store
 from fedplat.store.clients import TOKEN_PREFIX, token_hash
-from fedplat.transport.messages import Challenge
+from fedplat.transport.errors import (
+    FedplatError,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    UnknownClient,
+)
+from fedplat.transport.messages import Challenge, EnrollRequest
 
-# version, expiry (milliseconds since the epoch), random
-_HEAD = struct.Struct(">BQ16s")
+# version, issuer (random per coordinator process), expiry (ms since the
+# epoch), random
+_HEAD = struct.Struct(">B4sQ16s")
 _VERSION = 1
 _MAC_BYTES = 32
-CHALLENGE_BYTES = _HEAD.size + _MAC_BYTES  # 57, under the wire's 64-byte cap
+CHALLENGE_BYTES = _HEAD.size + _MAC_BYTES  # 61, under the wire's 64-byte cap
 
 #: Re-enrolments one client may make at once, and per second sustained.
 REENROL_BURST = 5
@@ -61,6 +70,7 @@ class Challenges:
         self.seconds = seconds
         self._clock = clock
         self._key = key or secrets.token_bytes(32)
+        self._issuer = hashlib.sha256(b"issuer" + self._key).digest()[:4]
         self._lock = threading.Lock()
         # The MACs of admitted enrolments' challenges, oldest first -> expiry.
         self._spent: OrderedDict[bytes, float] = OrderedDict()
@@ -70,33 +80,39 @@ class Challenges:
 
     def issue(self, client_id: str) -> Challenge:
         expires = self._clock() + self.seconds
-        head = _HEAD.pack(_VERSION, int(expires * 1000), secrets.token_bytes(16))
+        head = _HEAD.pack(
+            _VERSION, self._issuer, int(expires * 1000), secrets.token_bytes(16)
+        )
         return Challenge(head + self._mac(head, client_id), expires)
 
-    def problem(self, challenge: bytes, client_id: str) -> str | None:
-        """Why ``challenge`` cannot enrol ``client_id`` now, or None."""
+    def problem(self, challenge: bytes, client_id: str) -> FedplatError | None:
+        """Why ``challenge`` cannot enrol ``client_id`` now, or None. A
+        challenge of another coordinator process (a restart between the two
+        calls) or an expired one is Unauthenticated: the SDK asks for a fresh
+        one; a forged, altered, misdirected or reused one is PermissionDenied."""
         if len(challenge) != CHALLENGE_BYTES:
-            return "not an enrolment challenge of this coordinator"
+            return PermissionDenied("not an enrolment challenge")
         head, mac = challenge[: _HEAD.size], challenge[_HEAD.size :]
-        version, expires_ms, _ = _HEAD.unpack(head)
-        if version != _VERSION or not hmac.compare_digest(
-            mac, self._mac(head, client_id)
-        ):
-            return (
-                "unknown enrolment challenge (not issued by this coordinator "
-                "process, or issued for another client id)"
+        version, issuer, expires_ms, _ = _HEAD.unpack(head)
+        if version != _VERSION or issuer != self._issuer:
+            return Unauthenticated(
+                "enrolment challenge of another coordinator process; ask again"
+            )
+        if not hmac.compare_digest(mac, self._mac(head, client_id)):
+            return PermissionDenied(
+                "enrolment challenge altered or issued for another client id"
             )
         if expires_ms / 1000 <= self._clock():
-            return "expired enrolment challenge"
+            return Unauthenticated("expired enrolment challenge; ask again")
         if mac in self._spent:
-            return "enrolment challenge already used"
+            return PermissionDenied("enrolment challenge already used")
         return None
 
     def spend(self, challenge: bytes) -> bool:
         """Mark an admitted enrolment's challenge used; False if it already was
         (two enrolments raced with one challenge)."""
         mac = challenge[_HEAD.size :]
-        expires = _HEAD.unpack(challenge[: _HEAD.size])[1] / 1000
+        expires = _HEAD.unpack(challenge[: _HEAD.size])[2] / 1000
         now = self._clock()
         with self._lock:
             while self._spent:
@@ -147,13 +163,21 @@ class UsableTokens:
         digest = token_hash(secret)
         if digest in self._digests:
             return True
-        with self._lock:
+        # One reload at a time; the others do not wait for it (a thread
+        # blocked here is one fewer for every other call).
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             if not self._reloads.take():
                 return None
             self._digests = self.store.usable_token_hashes(self.run_name)
             return digest in self._digests
+        finally:
+            self._lock.release()
 
-    def used(self, secret: str) -> None:
+    def discard(self, secret: str) -> None:
+        """``secret`` is used, revoked or expired: forget it until a reload
+        (which reads only usable tokens) says otherwise."""
         self._digests.discard(token_hash(secret))
 
 
@@ -179,4 +203,104 @@ class AdmissionLimits:
             return bucket.take()
 
 
-__all__ = ["CHALLENGE_BYTES", "AdmissionLimits", "Challenges", "UsableTokens"]
+class Gate:
+    """The checks an enrolment passes before any database transaction and,
+    where possible, before its signature is verified (see the module
+    docstring): its challenge; a re-enrolment's id and registered key (in
+    memory, outside mutual TLS, where the certificate is the identity); a new
+    client's place under ``max_clients`` and, under ``tokens``, its token."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        store: Store,
+        run_id: str,
+        clock: Callable[[], float],
+    ) -> None:
+        adm = cfg.admission
+        self.mode = cfg.admission_mode
+        self.max_clients = adm.max_clients
+        self.run_name = cfg.run.name
+        self.store = store
+        self.challenges = Challenges(adm.challenge_seconds, clock)
+        self.limits = AdmissionLimits(adm.enrol_per_second, adm.enrol_burst, clock)
+        self.tokens = (
+            UsableTokens(store, cfg.run.name, clock) if self.mode == "tokens" else None
+        )
+        # The run's clients (this process or an earlier one) -> registered key.
+        self._keys = {c.id: c.public_key or "" for c in store.list_clients(run_id)}
+
+    def admitted(self, client_id: str, public_key: bytes) -> None:
+        self._keys[client_id] = public_key.hex()
+
+    def check(
+        self, req: EnrollRequest, revoked: set[str]
+    ) -> tuple[FedplatError, str] | None:
+        """The refusal (error, event kind) ``req`` earns before it costs
+        anything, or None."""
+        problem = self.challenges.problem(req.challenge, req.client_id)
+        if problem is not None:
+            return problem, "enrolment_refused"
+        if req.client_id:
+            return None if self.mode == "mtls" else self._known(req, revoked)
+        if len(self._keys) >= self.max_clients:
+            return (
+                ResourceExhausted(f"the run admits at most {self.max_clients} clients"),
+                "enrolment_cap",
+            )
+        return None if self.tokens is None else self._token(req.enrolment_token)
+
+    def _known(
+        self, req: EnrollRequest, revoked: set[str]
+    ) -> tuple[FedplatError, str] | None:
+        key = self._keys.get(req.client_id)
+        if key is None:
+            return (
+                UnknownClient(
+                    f"client {req.client_id!r} is not enrolled in "
+                    "this run; enrol without an id"
+                ),
+                "enrolment_refused",
+            )
+        if key != req.public_key.hex():
+            return (
+                PermissionDenied(
+                    "re-enrolment must be signed by the client's registered key"
+                ),
+                "identity_refused",
+            )
+        if req.client_id in revoked:
+            return PermissionDenied("this client was revoked"), "enrolment_refused"
+        return None
+
+    def _token(self, secret: str) -> tuple[FedplatError, str] | None:
+        assert self.tokens is not None
+        if not secret:
+            return (
+                PermissionDenied(
+                    "this run admits clients with an enrolment token "
+                    "(fedplat tokens create)"
+                ),
+                "enrolment_refused",
+            )
+        known = self.tokens.known(secret)
+        if known is None:
+            return (
+                ResourceExhausted("enrolment token not known yet; retry in a second"),
+                "enrolment_refused",
+            )
+        # Known in memory, or not even after a fresh read: the store says why
+        # (a read; in memory a token may have been revoked or used since).
+        problem = self.store.token_problem(secret, run_name=self.run_name)
+        if problem is None:
+            if known:
+                return None
+            # Made between the two reads.
+            return ResourceExhausted("enrolment token just made; retry"), (
+                "enrolment_refused"
+            )
+        self.tokens.discard(secret)
+        return PermissionDenied(problem), "enrolment_refused"
+
+
+__all__ = ["CHALLENGE_BYTES", "AdmissionLimits", "Challenges", "Gate", "UsableTokens"]

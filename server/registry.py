@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from fedplat.server.admission import AdmissionLimits, Challenges, UsableTokens
+from fedplat.server.admission import Gate
 from fedplat.server.config import RunConfig
 
 from fedplat.security.certs import CertError, fingerprint
@@ -122,16 +122,7 @@ class ClientRegistry:
         self._lock = threading.RLock()
         self._clients: dict[str, ClientState] = {}
         self._next_seq = 0
-        self._challenges = Challenges(self.adm.challenge_seconds, clock)
-        self._limits = AdmissionLimits(
-            self.adm.enrol_per_second, self.adm.enrol_burst, clock
-        )
-        # Ids enrolled in the run (this process or an earlier one): an unknown
-        # id is refused without a database read.
-        self._ids = {c.id for c in store.list_clients(run_id)}
-        self._tokens = (
-            UsableTokens(store, cfg.run.name, clock) if self.mode == "tokens" else None
-        )
+        self._gate = Gate(cfg, store, run_id, clock)
         self._revoked = set(store.list_revoked(run_id))
         self._revocations_checked = clock()
 
@@ -147,53 +138,14 @@ class ClientRegistry:
     def challenge(self, client_id: str) -> Challenge:
         """A single-use challenge for an enrolment as ``client_id`` ("" for a
         new client); stateless, so it costs nothing to issue."""
-        return self._challenges.issue(client_id)
-
-    def _prefilter(self, req: EnrollRequest) -> None:
-        """Checks that need neither the database nor a signature verification,
-        so that attempts which cannot succeed cost next to nothing."""
-        problem = self._challenges.problem(req.challenge, req.client_id)
-        if problem is not None:
-            self._refuse(PermissionDenied(problem), "enrolment_refused")
-        if req.client_id and self.mode != "mtls" and req.client_id not in self._ids:
-            self._refuse(
-                UnknownClient(
-                    f"client {req.client_id!r} is not enrolled in "
-                    "this run; enrol without an id"
-                ),
-                "enrolment_refused",
-            )
-        if req.client_id or self._tokens is None:
-            return  # a known id proves itself by its key
-        if not req.enrolment_token:
-            self._refuse(
-                PermissionDenied(
-                    "this run admits clients with an enrolment token "
-                    "(fedplat tokens create)"
-                ),
-                "enrolment_refused",
-            )
-        known = self._tokens.known(req.enrolment_token)
-        if known is None:
-            self._refuse(
-                ResourceExhausted("enrolment token not known yet; retry in a second"),
-                "enrolment_refused",
-            )
-        if not known:  # not usable even after a fresh read: the store says why
-            problem = self.store.token_problem(
-                req.enrolment_token, run_name=self.cfg.run.name
-            )
-            self._refuse(
-                ResourceExhausted("enrolment token just made; retry")
-                if problem is None  # made between the two reads
-                else PermissionDenied(problem),
-                "enrolment_refused",
-            )
+        return self._gate.challenges.issue(client_id)
 
     # ----------------------------------------------------------------- enrol
     def enroll(self, req: EnrollRequest, peer: PeerIdentity) -> Enrollment:
         """Admit a client (or re-admit a known one) and start its session."""
-        self._prefilter(req)
+        refusal = self._gate.check(req, self._revoked)
+        if refusal is not None:
+            self._refuse(*refusal)
         # Proof of possession: the caller signs the challenge with the key it
         # presents, so nobody registers (or replays) a key it does not hold.
         if not verify(
@@ -236,7 +188,6 @@ class ClientRegistry:
                 ),
                 "enrolment_refused",
             )
-        self._check_admission(req, known is None)
         if req.layout != self.layout:
             # Only an admitted caller learns how its model differs from the run's.
             self._refuse(
@@ -288,17 +239,6 @@ class ClientRegistry:
             )
         return known
 
-    def _check_admission(self, req: EnrollRequest, new: bool) -> None:
-        if not new:
-            return
-        if self.store.count_clients(self.run_id) >= self.adm.max_clients:
-            self._refuse(
-                ResourceExhausted(
-                    f"the run admits at most {self.adm.max_clients} clients"
-                ),
-                "enrolment_cap",
-            )
-
     def _admit(
         self, req: EnrollRequest, client_id: str | None, cert: str | None
     ) -> Enrollment:
@@ -317,8 +257,8 @@ class ClientRegistry:
             except TokenError as exc:
                 self._refuse(PermissionDenied(str(exc)), "enrolment_refused")
             max_examples, token_id = tok.max_examples, tok.id
-            assert self._tokens is not None
-            self._tokens.used(req.enrolment_token)
+            assert self._gate.tokens is not None
+            self._gate.tokens.discard(req.enrolment_token)
         else:
             token_id = None
         try:
@@ -336,18 +276,18 @@ class ClientRegistry:
             )
         except StoreError as exc:
             self._refuse(PermissionDenied(str(exc)), "identity_refused", client_id)
-        self._ids.add(client_id)
+        self._gate.admitted(client_id, req.public_key)
         return self._start_session(req, client_id, rec.max_examples, new)
 
     def _spend(self, req: EnrollRequest, client_id: str | None) -> None:
         """An admissible enrolment spends its challenge and the rate limit."""
-        if not self._challenges.spend(req.challenge):
+        if not self._gate.challenges.spend(req.challenge):
             self._refuse(
                 PermissionDenied("enrolment challenge already used"),
                 "enrolment_refused",
                 client_id,
             )
-        if not self._limits.admit(client_id):
+        if not self._gate.limits.admit(client_id):
             self._refuse(
                 ResourceExhausted(
                     "enrolment rate limit"

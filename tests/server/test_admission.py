@@ -27,33 +27,42 @@ class Clock:
         return self.t
 
 
+def _why(ch: Challenges, challenge: bytes, client_id: str) -> tuple[str, str] | None:
+    p = ch.problem(challenge, client_id)
+    return None if p is None else (type(p).__name__, p.reason)
+
+
 def test_a_challenge_enrols_only_the_id_it_was_issued_for_until_it_expires() -> None:
     clock = Clock()
     ch = Challenges(60.0, clock)
     c = ch.issue("abc")
     assert len(c.challenge) == CHALLENGE_BYTES and c.expires_unix == 1_060.0
-    assert ch.problem(c.challenge, "abc") is None
-    assert "another client id" in (ch.problem(c.challenge, "") or "")
-    assert "another client id" in (ch.problem(c.challenge, "abd") or "")
+    assert _why(ch, c.challenge, "abc") is None
+    for other in ("", "abd", "abc "):
+        kind, reason = _why(ch, c.challenge, other) or ("", "")
+        assert kind == "PermissionDenied" and "another client id" in reason
     clock.t = 1_059.9
-    assert ch.problem(c.challenge, "abc") is None
-    clock.t = 1_060.0
-    assert ch.problem(c.challenge, "abc") == "expired enrolment challenge"
+    assert _why(ch, c.challenge, "abc") is None
+    clock.t = 1_060.0  # expired: the SDK asks for a fresh one (retryable)
+    assert _why(ch, c.challenge, "abc") == (
+        "Unauthenticated",
+        "expired enrolment challenge; ask again",
+    )
 
 
-def test_a_challenge_of_another_coordinator_process_is_unknown() -> None:
+def test_a_challenge_of_another_coordinator_process_asks_for_a_fresh_one() -> None:
+    # A restart between Challenge and Enroll must not stop an honest device
+    # for good (PermissionDenied is final for the SDK).
     clock = Clock()
     c = Challenges(60.0, clock).issue("")
-    assert "not issued by this coordinator" in (
-        Challenges(60.0, clock).problem(c.challenge, "") or ""
-    )
-    assert "not an enrolment challenge" in (
-        Challenges(60.0, clock).problem(c.challenge[:-1], "") or ""
-    )
+    kind, reason = _why(Challenges(60.0, clock), c.challenge, "") or ("", "")
+    assert kind == "Unauthenticated" and "another coordinator process" in reason
+    kind, _ = _why(Challenges(60.0, clock), c.challenge[:-1], "") or ("", "")
+    assert kind == "PermissionDenied"
 
 
 @given(st.integers(0, CHALLENGE_BYTES - 1), st.integers(1, 255))
-def test_any_altered_byte_makes_a_challenge_unknown(at: int, flip: int) -> None:
+def test_any_altered_byte_makes_a_challenge_unusable(at: int, flip: int) -> None:
     ch = Challenges(60.0, Clock(), key=b"k" * 32)
     c = bytearray(ch.issue("abc").challenge)
     c[at] ^= flip
@@ -66,7 +75,10 @@ def test_a_spent_challenge_is_refused_and_forgotten_once_expired() -> None:
     a, b = ch.issue(""), ch.issue("")
     assert ch.spend(a.challenge)
     assert not ch.spend(a.challenge)  # a racing second enrolment loses
-    assert ch.problem(a.challenge, "") == "enrolment challenge already used"
+    assert _why(ch, a.challenge, "") == (
+        "PermissionDenied",
+        "enrolment challenge already used",
+    )
     assert ch.problem(b.challenge, "") is None
     assert len(ch) == 1
     clock.t += 61
@@ -121,7 +133,7 @@ def test_usable_tokens_reads_the_store_at_a_bounded_rate(tmp_path: Path) -> None
     clock.t += 1.0
     assert usable.known("fpt1.abc.def") is False
     assert len(reads) == 4
-    usable.used(early)
+    usable.discard(early)
     assert usable.known(early) is None  # consumed: no longer known in memory
 
 
