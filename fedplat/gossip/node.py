@@ -388,11 +388,7 @@ class PeerNode:
                 st.ps_x = torch.zeros(self.dim)
                 st.ps_w = 0.0
                 return
-            used = [
-                e
-                for j, e in sorted(st.inbox.items())
-                if j in live and e.round >= r - self.config.max_staleness
-            ]
+            used = st.models_for(r, live, self.config.max_staleness)
             if not used:
                 return
             nb = torch.stack([e.x for e in used])

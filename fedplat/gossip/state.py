@@ -16,9 +16,16 @@ import torch
 __all__ = ["NeighbourModel", "PeerState"]
 
 
+#: Models kept per neighbour, newest rounds first: the one the next mix is for
+#: and one round ahead (a neighbour that mixed first may push its next round
+#: before this peer mixes; its model must not replace the one it pushed for
+#: the round being mixed).
+ROUNDS_KEPT = 2
+
+
 @dataclass
 class NeighbourModel:
-    """The latest model a neighbour pushed (its ``x_hat`` for this link)."""
+    """A model a neighbour pushed for one round (its ``x_hat`` for this link)."""
 
     round: int
     x: torch.Tensor
@@ -59,7 +66,8 @@ class PeerState:
         self.ps_x = torch.zeros(dim)
         self.ps_w = 0.0
         self.ps_round: dict[str, int] = {}
-        self.inbox: dict[str, NeighbourModel] = {}
+        # Per neighbour, its models by round (at most ROUNDS_KEPT).
+        self.inbox: dict[str, dict[int, NeighbourModel]] = {}
         # NoLoCo outer state.
         self.phi = x.clone()
         self.momentum = torch.zeros(dim)
@@ -101,7 +109,10 @@ class PeerState:
                 self.ps_w += push_weight
                 self.ps_round[sender] = max(self.ps_round.get(sender, -1), round)
             else:
-                self.inbox[sender] = NeighbourModel(round, x_hat, num_examples, degree)
+                held = self.inbox.setdefault(sender, {})
+                held[round] = NeighbourModel(round, x_hat, num_examples, degree)
+                for old in sorted(held)[:-ROUNDS_KEPT]:
+                    del held[old]
             self.arrived.notify_all()
 
     def round_of(self, sender: str) -> int:
@@ -109,8 +120,32 @@ class PeerState:
         with self.lock:
             if self.debiased:
                 return self.ps_round.get(sender, -1)
-            entry = self.inbox.get(sender)
-            return -1 if entry is None else entry.round
+            held = self.inbox.get(sender)
+            return max(held) if held else -1
+
+    def latest(self, sender: str) -> NeighbourModel | None:
+        """The newest model ``sender`` pushed (``None``: none)."""
+        with self.lock:
+            held = self.inbox.get(sender)
+            return held[max(held)] if held else None
+
+    def models_for(
+        self, r: int, senders: set[str], staleness: int
+    ) -> list[NeighbourModel]:
+        """What round ``r`` mixes, one model per sender in ``senders`` (by id):
+        the one pushed for round ``r``, else the newest older one no more than
+        ``staleness`` rounds old, else the oldest newer one. Synchronous gossip
+        mixes the neighbours' round-``r`` models; which one arrived first must
+        not change the result."""
+        out = []
+        with self.lock:
+            for j in sorted(senders & self.inbox.keys()):
+                rounds = [k for k in self.inbox[j] if k >= r - staleness]
+                if not rounds:
+                    continue
+                older = [k for k in rounds if k <= r]
+                out.append(self.inbox[j][max(older) if older else min(rounds)])
+        return out
 
     def wake(self) -> None:
         with self.arrived:
