@@ -114,7 +114,8 @@ def round_overhead_block(data: dict[str, Any]) -> str:
     lines = [
         f"`bench/results/round_overhead.json`: {s['rounds']} rounds per case "
         f"(the first discarded), {s['repetitions']} repetition(s); "
-        f"{_machine(s)}.",
+        f"{_machine(s)}. Server settings: "
+        f"{s.get('server_settings', 'fleet')} ({_settings(data)}).",
         "",
         "| rule | clients x params | median round | effective GB/s "
         "| coordinator peak RSS | model predicts | model-sized buffers "
@@ -148,6 +149,37 @@ def round_overhead_block(data: dict[str, Any]) -> str:
         "Goals:",
         *_met(data["goals"]),
     ]
+    return "\n".join(lines)
+
+
+def _settings(data: dict[str, Any]) -> str:
+    srv = data["setup"]["server"]
+    return (
+        f"{srv['max_concurrent_uploads']} decoding slots, "
+        f"{srv['chunk_bytes'] / 2**20:g} MiB chunks in "
+        f"{srv['max_message_bytes'] / 2**20:g} MiB messages"
+    )
+
+
+def round_overhead_settings_block(*runs: tuple[str, dict[str, Any]]) -> str:
+    """FedAvg at 100 x 10M under each server setting (one row per JSON)."""
+    lines = [
+        "| server settings | case | median round | coordinator peak RSS "
+        "| model predicts |",
+        "|---|---|---|---|---|",
+    ]
+    for name, data in runs:
+        label = f"{data['setup'].get('server_settings', 'fleet')}: {_settings(data)}"
+        for r in data["rounds"]:
+            case = (r["rule"], r["clients"], r["params"])
+            if "skipped" in r or case != ("fedavg", 100, 10_000_000):
+                continue
+            lines.append(
+                f"| {label} (`{name}`) | {r['rule']} {r['clients']} x "
+                f"{r['params'] / 1e6:g}M | {_s(r['median_round_s'])} "
+                f"| {r['server_peak_rss_mb']:.0f} MB "
+                f"| {r['server_predicted_peak_mb']:.0f} MB |"
+            )
     return "\n".join(lines)
 
 
@@ -192,6 +224,12 @@ def doc_blocks() -> dict[str, str]:
         "fleet-vs-flower": vs_flower_block(read("vs_flower.json")),
         "fleet-load": load_block(read("load.json")),
         "fleet-round-overhead": round_overhead_block(read("round_overhead.json")),
+        "fleet-round-overhead-settings": round_overhead_settings_block(
+            *(
+                (n, read(n))
+                for n in ("round_overhead.json", "round_overhead_fleet.json")
+            )
+        ),
         "fleet-stream-window": stream_window_block(read("stream_window.json")),
     }
 

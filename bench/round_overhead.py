@@ -33,7 +33,13 @@ aggregate, new weights, the checkpoint's bytes, the running sum) and the
 accumulator's rows: ``min(n, max_concurrent_uploads)`` scratch rows for the
 running sum (``O(d)`` whatever ``n``), ``n`` rows for the row stack; and each
 upload stream's HTTP/2 receive window ``w`` (``server.stream_window_bytes``),
-what an upload waiting for a decoding slot holds. A client
+what an upload waiting for a decoding slot holds.
+
+**Server settings.** By default the coordinator runs with its own defaults
+for ``max_concurrent_uploads``, ``chunk_bytes`` and ``max_message_bytes``
+(what an operator gets); ``--server-settings fleet`` uses the larger ones of
+``bench/vs_flower.py`` and ``bench/load.py`` (``bench/fleet.py``), which hold
+more scratch rows and a larger queued download message per stream. A client
 holds its model and one model-sized vector (download, then update in place):
 ``2 x 4 d`` bytes plus a chunk each way. The JSON states the model, the
 measured buffers per case and whether every peak is within it.
@@ -42,6 +48,8 @@ Writes ``bench/results/round_overhead.json``. Usage::
 
     nice -n 10 python -m bench.round_overhead          # full (~30 min here)
     python -m bench.round_overhead --tiny --out X.json # the test's tiny mode
+    python -m bench.round_overhead --server-settings fleet \
+        --cases fedavg:100:10000000 --out bench/results/round_overhead_fleet.json
 """
 
 from __future__ import annotations
@@ -101,26 +109,43 @@ class Setup:
 
 FULL = Setup((10, 100), (1_000_000, 10_000_000), ("fedavg", "krum"), 4, 2, 10_000_000)
 TINY = Setup((6,), (1_000_000,), ("fedavg", "krum"), 3, 1, 1_000_000)
-MAX_CONCURRENT_UPLOADS = int(fleet.SERVER["max_concurrent_uploads"])
+#: The server settings a run can be made with (``--server-settings``).
+SIZES = ("max_concurrent_uploads", "chunk_bytes", "max_message_bytes")
 
 
-def rows_held(rule: str, clients: int) -> int:
-    return clients if rule == "krum" else min(clients, MAX_CONCURRENT_UPLOADS)
-
-
-def _stream_window() -> int:
+def _coordinator_defaults() -> dict[str, int]:
     from fedplat.server.config import ServerSection
 
-    return int(ServerSection.model_fields["stream_window_bytes"].default)
+    fields = ServerSection.model_fields
+    return {k: int(fields[k].default) for k in (*SIZES, "stream_window_bytes")}
 
 
+_DEFAULTS = _coordinator_defaults()
+SERVER_SETTINGS: dict[str, dict[str, int]] = {
+    # What an operator gets without setting them.
+    "coordinator": {k: _DEFAULTS[k] for k in SIZES},
+    # bench/vs_flower.py's and bench/load.py's (bench/fleet.py SERVER).
+    "fleet": {k: int(fleet.SERVER[k]) for k in SIZES},
+}
+#: The coordinator's default decoding slots (the memory model's default).
+MAX_CONCURRENT_UPLOADS = _DEFAULTS["max_concurrent_uploads"]
 #: The HTTP/2 receive window of each upload stream (server.stream_window_bytes):
 #: what an upload waiting for a decoding slot holds in the coordinator.
-STREAM_WINDOW = _stream_window()
+STREAM_WINDOW = _DEFAULTS["stream_window_bytes"]
 
 
-def predicted_mb(base_mb: float, rule: str, clients: int, params: int) -> float:
-    buffers = FIXED_BUFFERS[rule] + rows_held(rule, clients)
+def rows_held(rule: str, clients: int, uploads: int = MAX_CONCURRENT_UPLOADS) -> int:
+    return clients if rule == "krum" else min(clients, uploads)
+
+
+def predicted_mb(
+    base_mb: float,
+    rule: str,
+    clients: int,
+    params: int,
+    uploads: int = MAX_CONCURRENT_UPLOADS,
+) -> float:
+    buffers = FIXED_BUFFERS[rule] + rows_held(rule, clients, uploads)
     return base_mb + buffers * 4 * params / MB + clients * STREAM_WINDOW / MB
 
 
@@ -154,12 +179,24 @@ def client_kind(rule: str, clients: int, params: int) -> tuple[str, str]:
     return ("light" if light <= 0.85 * avail else "skipped"), why
 
 
-def run_case(rule: str, clients: int, params: int, s: Setup, w: Path) -> dict[str, Any]:
+def run_case(
+    rule: str,
+    clients: int,
+    params: int,
+    s: Setup,
+    w: Path,
+    server: dict[str, int] = SERVER_SETTINGS["coordinator"],
+) -> dict[str, Any]:
     kind, why = client_kind(rule, clients, params)
     if kind == "skipped":
         return {"skipped": why}
     cfg = fleet.run_config(
-        w, clients=clients, rounds=s.rounds, numel=params, aggregator=RULES[rule]
+        w,
+        clients=clients,
+        rounds=s.rounds,
+        numel=params,
+        aggregator=RULES[rule],
+        server=server,
     )
     tokens = issue_tokens(cfg, clients)
     coord = fleet.CoordinatorProcess(cfg, w)
@@ -215,7 +252,11 @@ def _client_bytes(reps: list[dict[str, Any]]) -> float:
 
 
 def summarize(
-    rule: str, clients: int, params: int, reps: list[dict[str, Any]]
+    rule: str,
+    clients: int,
+    params: int,
+    reps: list[dict[str, Any]],
+    uploads: int = MAX_CONCURRENT_UPLOADS,
 ) -> dict[str, Any]:
     ran = [r for r in reps if "skipped" not in r]
     row: dict[str, Any] = {"rule": rule, "clients": clients, "params": params}
@@ -226,7 +267,7 @@ def summarize(
     bytes_per_round = clients * 2 * 4 * params
     base = median(r["base_rss_mb"] for r in ran)
     peak = max(r["peak_rss_mb"] for r in ran)
-    pred = predicted_mb(base, rule, clients, params)
+    pred = predicted_mb(base, rule, clients, params, uploads)
     client_b = _client_bytes(ran)  # nan: light clients report no memory
     measured = client_b == client_b
     return {
@@ -258,16 +299,20 @@ def summarize(
     }
 
 
-def memory_model() -> dict[str, Any]:
+def memory_model(uploads: int = MAX_CONCURRENT_UPLOADS) -> dict[str, Any]:
     return {
         "server_running_sum": {
             "formula": "base + 4 d (F + min(n, max_concurrent_uploads)) + n w",
             "F": FIXED_BUFFERS["fedavg"],
-            "max_concurrent_uploads": MAX_CONCURRENT_UPLOADS,
+            "max_concurrent_uploads": uploads,
             "w": f"{STREAM_WINDOW} bytes (server.stream_window_bytes: what an "
             "upload waiting for a decoding slot holds)",
-            "bytes_per_parameter": f"4 x ({FIXED_BUFFERS['fedavg']} + min(n, 16))",
-            "bytes_per_client_per_parameter": "4 for the first 16 clients, then 0",
+            "bytes_per_parameter": (
+                f"4 x ({FIXED_BUFFERS['fedavg']} + min(n, {uploads}))"
+            ),
+            "bytes_per_client_per_parameter": (
+                f"4 for the first {uploads} clients, then 0"
+            ),
         },
         "server_row_stack": {
             "formula": "base + 4 d (F + n) + n w",
@@ -292,12 +337,13 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         big = [r for r in big if r["params"] == 10_000_000 and "skipped" not in r]
         peak = big[0]["server_peak_rss_mb"] if big else None
         out[f"{rule}_100x10M_peak_rss_mb"] = peak
+        # None: the case was not run (``--cases``), neither met nor missed.
         out[f"{rule}_100x10M_under_{limit / 1000:g}gb_met"] = (
-            peak is not None and peak < limit
+            None if peak is None else peak < limit
         )
     ran = [r for r in rows if "skipped" not in r]
     out["server_peaks_within_model_met"] = all(r["server_within_model"] for r in ran)
-    # Judged where a model is far larger than a message (4 MiB chunks): at 1M
+    # Judged where a model is far larger than a message (1-4 MiB chunks): at 1M
     # parameters a client's gRPC message buffers alone are about a model each.
     big_models = [
         r
@@ -349,7 +395,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="RULE:CLIENTS:PARAMS",
         help="re-run only these cases and replace their rows in --out",
     )
+    ap.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="RULE:CLIENTS:PARAMS",
+        help="run only these cases (a JSON of its own)",
+    )
+    ap.add_argument(
+        "--server-settings",
+        choices=sorted(SERVER_SETTINGS),
+        default="coordinator",
+        help="the coordinator's defaults (default), or the fleet benches' "
+        "larger messages and decoding slots",
+    )
     args = ap.parse_args(argv)
+    server = SERVER_SETTINGS[args.server_settings]
+    uploads = server["max_concurrent_uploads"]
     s = TINY if args.tiny else FULL
     if args.repetitions:
         s = replace(s, repetitions=args.repetitions)
@@ -358,8 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     load_start = loadavg()
     cases = [(r, n, d) for d in s.params for n in s.clients for r in s.rules]
-    if args.replace_rows:
-        cases = [_case(c) for c in args.replace_rows]
+    if args.replace_rows or args.cases:
+        cases = [_case(c) for c in args.replace_rows or args.cases]
     reps: dict[tuple[str, int, int], list[dict[str, Any]]] = {c: [] for c in cases}
     log = []
     with tempfile.TemporaryDirectory(prefix="round-overhead-") as tmp:
@@ -368,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 w = Path(tmp) / f"r{rep}-{rule}-{n}-{d}"
                 w.mkdir()
                 try:
-                    got = run_case(rule, n, d, s, w)
+                    got = run_case(rule, n, d, s, w, server)
                 except RuntimeError as exc:  # one failed case keeps the others
                     got = {"skipped": f"run failed: {str(exc)[-1500:]}"}
                 reps[(rule, n, d)].append(got)
@@ -385,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     }
                 )
                 print(json.dumps(log[-1]), flush=True)
-    rows = [summarize(r, n, d, reps[(r, n, d)]) for r, n, d in cases]
+    rows = [summarize(r, n, d, reps[(r, n, d)], uploads) for r, n, d in cases]
     if args.replace_rows:
         replace_rows(args.out, rows, log, started)
         return 0
@@ -397,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tiny": args.tiny,
         "rounds": rows,
         "payload": payload,
-        "memory_model": memory_model(),
+        "memory_model": memory_model(uploads),
         "goals": goals(rows),
         "setup": {
             **asdict(s),
@@ -409,7 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
             "transport": "the coordinator's grpc.aio server (a waiting client "
             "holds no thread), plaintext over 127.0.0.1",
-            "server": fleet.SERVER,
+            "server": {**fleet.SERVER, **server},
+            "server_settings": args.server_settings,
             "processes": "coordinator: 1 process; clients: threads of "
             "min(clients, 5) processes (a process's SDK clients share its "
             "connection; light clients have one each)",
