@@ -114,8 +114,7 @@ def round_overhead_block(data: dict[str, Any]) -> str:
     lines = [
         f"`bench/results/round_overhead.json`: {s['rounds']} rounds per case "
         f"(the first discarded), {s['repetitions']} repetition(s); "
-        f"{_machine(s)}. Server settings: "
-        f"{s.get('server_settings', 'fleet')} ({_settings(data)}).",
+        f"{_machine(s)}. Server settings: {_settings(data)}.",
         "",
         "| rule | clients x params | median round | effective GB/s "
         "| coordinator peak RSS | model predicts | model-sized buffers "
@@ -153,11 +152,13 @@ def round_overhead_block(data: dict[str, Any]) -> str:
 
 
 def _settings(data: dict[str, Any]) -> str:
+    """The server settings a round_overhead JSON ran with, named and sized."""
     srv = data["setup"]["server"]
     return (
+        f"{data['setup']['server_settings']} ("
         f"{srv['max_concurrent_uploads']} decoding slots, "
         f"{srv['chunk_bytes'] / 2**20:g} MiB chunks in "
-        f"{srv['max_message_bytes'] / 2**20:g} MiB messages"
+        f"{srv['max_message_bytes'] / 2**20:g} MiB messages)"
     )
 
 
@@ -169,13 +170,13 @@ def round_overhead_settings_block(*runs: tuple[str, dict[str, Any]]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, data in runs:
-        label = f"{data['setup'].get('server_settings', 'fleet')}: {_settings(data)}"
+        label = _settings(data)
         for r in data["rounds"]:
             case = (r["rule"], r["clients"], r["params"])
             if "skipped" in r or case != ("fedavg", 100, 10_000_000):
                 continue
             lines.append(
-                f"| {label} (`{name}`) | {r['rule']} {r['clients']} x "
+                f"| {label}, `{name}` | {r['rule']} {r['clients']} x "
                 f"{r['params'] / 1e6:g}M | {_s(r['median_round_s'])} "
                 f"| {r['server_peak_rss_mb']:.0f} MB "
                 f"| {r['server_predicted_peak_mb']:.0f} MB |"

@@ -389,13 +389,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = tiny_parser(__doc__, DEFAULT_OUT)
     ap.add_argument("--repetitions", type=int, help="fewer (a busy shared machine)")
     ap.add_argument("--rounds", type=int, help="fewer rounds per case (at least 2)")
-    ap.add_argument(
+    subset = ap.add_mutually_exclusive_group()
+    subset.add_argument(
         "--replace-rows",
         nargs="+",
         metavar="RULE:CLIENTS:PARAMS",
         help="re-run only these cases and replace their rows in --out",
     )
-    ap.add_argument(
+    subset.add_argument(
         "--cases",
         nargs="+",
         metavar="RULE:CLIENTS:PARAMS",
@@ -409,6 +410,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "larger messages and decoding slots",
     )
     args = ap.parse_args(argv)
+    if args.replace_rows:
+        if not args.out.is_file():
+            ap.error(f"--replace-rows: {args.out} does not exist")
+        # Rows of one JSON are compared with each other: one server setting.
+        kept = json.loads(args.out.read_text())["setup"].get("server_settings")
+        if kept != args.server_settings:
+            ap.error(
+                f"{args.out} ran with server settings {kept!r}; "
+                f"--replace-rows needs --server-settings {kept}"
+            )
     server = SERVER_SETTINGS[args.server_settings]
     uploads = server["max_concurrent_uploads"]
     s = TINY if args.tiny else FULL

@@ -5,6 +5,7 @@ memory model, the payload path is measured against a memory copy)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,25 @@ def test_server_settings_reach_the_run_config(tmp_path: Path) -> None:
         )
         assert {k: cfg["server"][k] for k in settings} == settings
         assert cfg["server"]["insecure"] is True  # the rest of fleet.SERVER kept
+
+
+def test_replace_rows_keeps_one_server_setting_per_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.round_overhead import main
+
+    out = tmp_path / "ro.json"
+    out.write_text(json.dumps({"setup": {"server_settings": "coordinator"}}))
+    argv = ["--out", str(out), "--replace-rows", "fedavg:10:1000000"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--server-settings", "fleet"])
+    assert exc.value.code == 2
+    assert (
+        "--replace-rows needs --server-settings coordinator" in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["--out", str(tmp_path / "none.json"), "--replace-rows", "krum:10:1"])
+    assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a subset is one or the other
+        main([*argv, "--cases", "krum:10:1000000"])
+    assert exc.value.code == 2 and "not allowed with" in capsys.readouterr().err
