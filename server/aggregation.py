@@ -102,7 +102,9 @@ def _from_sum(
     total = acc.total_weight
     if acc.sum is None or not accepted or total <= 0:
         raise AggregationError("no updates to aggregate")
-    mean = (acc.sum / total).to(torch.float32)
+    # In place: the round's sum is freed when it closes, and a model-sized
+    # allocation costs more here than the division.
+    mean = acc.sum.div_(total).to(torch.float32)
     if acc.sketch_space:
         mean = plan.desketch(mean, round_number)
     if acc.weighted:

@@ -57,7 +57,8 @@ class ServerOptimizer:
         c = self.cfg
         lr = self.lr_at(round_number)
         if c.name == "fedavg":
-            return weights + lr * delta
+            # One pass and one new tensor (``weights + lr * delta`` makes two).
+            return torch.add(weights, delta, alpha=lr)
         if c.name == "fedavgm":
             m = self.state.get("m")
             m = delta.clone() if m is None else c.momentum * m + delta

@@ -80,13 +80,9 @@ def model_messages(payload: ModelPayload, chunk_bytes: int) -> list[bytes]:
     """The serialized download stream, built once per model version and sent
     as-is to every client (the servicer's response serializer passes bytes)."""
     out = [model_header_message(payload).SerializeToString()]
-    view = memoryview(payload.data)
+    view = memoryview(payload.data).cast("B")
     for start in range(0, len(view), chunk_bytes):
-        out.append(
-            pb.ModelChunk(
-                data=bytes(view[start : start + chunk_bytes])
-            ).SerializeToString()
-        )
+        out.append(data_message(view[start : start + chunk_bytes]))
     return out
 
 

@@ -72,6 +72,10 @@ def test_model_stream_into_a_buffer_with_exact_byte_count() -> None:
     p = ModelPayload(1, 1, layout, data, hashlib.sha256(data).hexdigest())
     messages = streams.model_messages(p, chunk_bytes=5)
     assert len(messages) == 1 + 7  # header + ceil(32 / 5)
+    # The hand-built chunk messages are exactly protobuf's serialization.
+    assert messages[1:] == [
+        pb.ModelChunk(data=data[i : i + 5]).SerializeToString() for i in range(0, 32, 5)
+    ]
     assert streams.model_wire_bytes(p, 5) == sum(
         len(m) + GRPC_FRAME_BYTES for m in messages
     )
