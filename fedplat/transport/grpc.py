@@ -46,15 +46,38 @@ class ChannelOptions:
     chunk_bytes: int = 1 * MiB
     max_model_bytes: int = 2048 * MiB
     rpc_timeout: float = 60.0
+    # A fixed receive window per stream (gRPC's window auto-tuning off): what
+    # gRPC may hold of a download this client has not read yet. ``None``: the
+    # auto-tuned window, which held about one more model-sized buffer per client
+    # at 10M parameters (docs/scale.md).
+    stream_window_bytes: int | None = 4 * MiB
+
+    def __post_init__(self) -> None:
+        w = self.stream_window_bytes
+        if w is not None and not 64 * 1024 <= w <= 64 * MiB:
+            raise ValueError(
+                f"stream_window_bytes must be in [64 KiB, 64 MiB], got {w}"
+            )
 
 
-def make_channel(address: str, opts: ChannelOptions) -> grpc.Channel:
+def channel_options(opts: ChannelOptions) -> list[tuple[str, int]]:
+    """The gRPC channel arguments of a client connection."""
     options = [
         ("grpc.max_send_message_length", opts.max_message_bytes),
         ("grpc.max_receive_message_length", opts.max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.enable_retries", 0),
     ]
+    if opts.stream_window_bytes is not None:
+        options += [
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", opts.stream_window_bytes),
+        ]
+    return options
+
+
+def make_channel(address: str, opts: ChannelOptions) -> grpc.Channel:
+    options = channel_options(opts)
     if opts.insecure:
         return grpc.insecure_channel(address, options=options)
     creds = grpc.ssl_channel_credentials(
