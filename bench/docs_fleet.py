@@ -54,7 +54,7 @@ def _machine(setup: dict[str, Any]) -> str:
 
 
 def vs_flower_block(data: dict[str, Any]) -> str:
-    """The four systems side by side, the goals per row and in all."""
+    """The five systems side by side, the goals per row and in all."""
     s = data["setup"]
     lines = [
         f"`bench/results/vs_flower.json`: median of rounds 2-{s['rounds']}, then "
@@ -63,9 +63,9 @@ def vs_flower_block(data: dict[str, Any]) -> str:
         f"{_machine(s)}.",
         "",
         "| clients x params | fedplat | Flower embedded | Flower deployment "
-        "| loopback floor | fedplat / floor | deployment / fedplat "
+        "| loopback floor | gRPC floor | fedplat / floor | deployment / fedplat "
         "| embedded / fedplat | server RSS fedplat / embedded / deployment |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         g = r["goals"]
@@ -73,6 +73,7 @@ def vs_flower_block(data: dict[str, Any]) -> str:
             f"| {r['clients']} x {r['params'] / 1e6:g}M "
             f"| {_s(r['fedplat_round_s'])} | {_s(r['flower_embedded_round_s'])} "
             f"| {_s(r['flower_deployment_round_s'])} | {_s(r['loopback_floor_s'])} "
+            f"| {_s(r['grpc_floor_s'])} "
             f"| {g['floor_ratio']}x | {g['speedup_vs_deployment']}x "
             f"| {g['speedup_vs_embedded']}x "
             f"| {r['fedplat_peak_rss_mb']:.0f} / "
@@ -81,6 +82,18 @@ def vs_flower_block(data: dict[str, Any]) -> str:
         )
     lines += ["", "Goals of issue 15 on every row:", *_met(data["goals"])]
     lines += [f"- deviation: {d}" for d in s.get("deviations", [])]
+    lines += [
+        "",
+        "How the loopback ratio splits (the gRPC floor: the same bytes "
+        "through bare `grpc.aio` streams, nothing else):",
+        "",
+    ]
+    lines += [
+        f"- {r['clients']} x {r['params'] / 1e6:g}M: gRPC floor / loopback "
+        f"{r['goals']['grpc_floor_ratio_vs_loopback']}x, fedplat / gRPC floor "
+        f"{r['goals']['fedplat_ratio_vs_grpc_floor']}x"
+        for r in data["rows"]
+    ]
     return "\n".join(lines)
 
 

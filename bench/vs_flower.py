@@ -1,6 +1,6 @@
 """fedplat's coordinator against Flower's transports and the loopback floor (issue 15).
 
-One workload, four systems, run in one invocation, interleaved:
+One workload, five systems, run in one invocation, interleaved:
 
 * **fedplat**: ``fedplat coordinator`` (grpc.aio, FedAvg) in its own process and
   SDK clients (:class:`fedplat.client.Client`, :mod:`bench.fleet`);
@@ -10,7 +10,11 @@ One workload, four systems, run in one invocation, interleaved:
   client + ``flwr run bench/flower_noop deploy`` (Message API FedAvg, no
   evaluation; each SuperNode starts a ClientApp process per message);
 * **loopback_floor**: the same bytes (the model down, one model-sized array up,
-  per client) through plain TCP sockets between the same processes.
+  per client) through plain TCP sockets between the same processes;
+* **grpc_floor**: the same bytes through bare ``grpc.aio`` streams in messages
+  of fedplat's size, with nothing else (no authentication, hashing, decoding
+  or store): what the transport alone costs, to read the loopback goal by
+  (not one of the issue's systems; reported beside the goals, not as one).
 
 Clients do not train: client ``i`` returns the model plus ``1e-3 * (i + 1)``
 (fedplat's SDK sends that difference), so every reply is distinct and the same
@@ -77,7 +81,13 @@ from fedplat.testing.tokens import issue_tokens  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "vs_flower.json"
 APP = REPO / "bench" / "flower_noop"
-SYSTEMS = ("fedplat", "flower_embedded", "flower_deployment", "loopback_floor")
+SYSTEMS = (
+    "fedplat",
+    "flower_embedded",
+    "flower_deployment",
+    "loopback_floor",
+    "grpc_floor",
+)
 #: Goals of issue 15, on every row.
 DEPLOYMENT_SPEEDUP_GOAL = 10.0
 FLOOR_RATIO_GOAL = 3.0
@@ -128,12 +138,19 @@ def _range_args(first: int, count: int) -> list[str]:
 
 
 def _peer_run(
-    server_role: str, client_role: str, numel: int, clients: int, s: Setup, w: Path
+    server_role: str,
+    client_role: str,
+    numel: int,
+    clients: int,
+    s: Setup,
+    w: Path,
+    extra: Sequence[str] = (),
 ) -> Measured:
-    """A server and client processes of :mod:`bench.vs_flower_peers`."""
+    """A server and client processes of :mod:`bench.vs_flower_peers`
+    (``extra``: arguments for both roles)."""
     port, out = fleet.free_port(), w / "times.json"
     base = ["-m", "bench.vs_flower_peers"]
-    size = ["--numel", str(numel), "--rounds", str(s.rounds)]
+    size = ["--numel", str(numel), "--rounds", str(s.rounds), *extra]
     server_args = [server_role, "--port", str(port), "--clients", str(clients)]
     server = fleet.spawn(
         [*base, *server_args, *size, "--out", str(out)],
@@ -186,6 +203,11 @@ def run_loopback(numel: int, clients: int, s: Setup, w: Path) -> Measured:
     return _peer_run("loop-server", "loop-clients", numel, clients, s, w)
 
 
+def run_grpc_floor(numel: int, clients: int, s: Setup, w: Path) -> Measured:
+    chunk = ["--chunk", str(fleet.SERVER["chunk_bytes"])]
+    return _peer_run("grpc-server", "grpc-clients", numel, clients, s, w, chunk)
+
+
 def run_flower_deployment(numel: int, clients: int, s: Setup, w: Path) -> Measured:
     out = w / "times.json"
     config = (
@@ -211,6 +233,7 @@ RUNNERS: dict[str, Callable[[int, int, Setup, Path], Measured]] = {
     "flower_embedded": run_flower_embedded,
     "flower_deployment": run_flower_deployment,
     "loopback_floor": run_loopback,
+    "grpc_floor": run_grpc_floor,
 }
 
 
@@ -221,6 +244,7 @@ def row_goals(row: dict[str, Any]) -> dict[str, Any]:
     vs_embedded = row["flower_embedded_round_s"] / f
     vs_floor = f / row["loopback_floor_s"]
     mem = row["fedplat_peak_rss_mb"] / row["flower_embedded_peak_rss_mb"]
+    grpc_floor = row["grpc_floor_s"]
     return {
         "speedup_vs_deployment": round(vs_deploy, 2),
         "speedup_vs_deployment_met": vs_deploy >= DEPLOYMENT_SPEEDUP_GOAL,
@@ -228,6 +252,9 @@ def row_goals(row: dict[str, Any]) -> dict[str, Any]:
         "no_slower_than_embedded_met": vs_embedded >= 1.0,
         "floor_ratio": round(vs_floor, 2),
         "within_3x_of_floor_met": vs_floor <= FLOOR_RATIO_GOAL,
+        # Not goals: how the loopback ratio splits into transport and fedplat.
+        "grpc_floor_ratio_vs_loopback": round(grpc_floor / row["loopback_floor_s"], 2),
+        "fedplat_ratio_vs_grpc_floor": round(f / grpc_floor, 2),
         "server_memory_ratio_vs_embedded": round(mem, 3),
         "memory_no_more_than_embedded_met": mem <= 1.0,
     }
@@ -248,6 +275,7 @@ def make_row(
         "flower_embedded_round_s": med("flower_embedded", "median_s"),
         "flower_deployment_round_s": med("flower_deployment", "median_s"),
         "loopback_floor_s": med("loopback_floor", "median_s"),
+        "grpc_floor_s": med("grpc_floor", "median_s"),
         "fedplat_peak_rss_mb": med("fedplat", "peak_rss_mb"),
         "flower_embedded_peak_rss_mb": med("flower_embedded", "peak_rss_mb"),
         "flower_deployment_peak_rss_mb": med("flower_deployment", "peak_rss_mb"),
@@ -385,8 +413,8 @@ def _results(
             "peak_rss": "sum of VmHWM over the server process and its "
             "descendants, sampled every 0.2 s (fedplat: coordinator; embedded: "
             "server; deployment: SuperLink + SuperExec + ServerApp)",
-            "interleaving": "per repetition, per case, the 4 systems one after "
-            "another, the order rotated by repetition + case",
+            "interleaving": f"per repetition, per case, the {len(SYSTEMS)} systems "
+            "one after another, the order rotated by repetition + case",
             "bytes_per_round": "clients x 2 x 4 x params (payload, both ways)",
             "fedplat": "the coordinator's grpc.aio server, plaintext on "
             "127.0.0.1, enrolment tokens, signed updates, SQLite store, a "

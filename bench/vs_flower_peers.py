@@ -8,6 +8,11 @@
   sends the model's bytes to every client over a plain TCP socket (one thread
   per connection) and reads back the same number of bytes from each; no
   framing, hashing, decoding or arithmetic.
+* ``grpc-server`` / ``grpc-clients``: the gRPC floor: the same bytes through
+  bare ``grpc.aio`` streams with fedplat's message sizes (a server-streamed
+  download, a client-streamed upload, both as pre-cut ``bytes`` messages with
+  no serializer); no authentication, hashing, decoding, arithmetic or store.
+  What the transport costs before fedplat adds anything.
 
 Every server writes ``{"completed_at": [unix seconds per round]}`` to ``--out``:
 the time its round's last update was in (aggregated, for Flower).
@@ -159,11 +164,112 @@ def loop_clients(port: int, first: int, count: int, numel: int, rounds: int) -> 
     _in_threads(run, first, count)
 
 
+# ------------------------------------------------------------ gRPC floor
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+def _grpc_options(max_message: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.max_receive_message_length", max_message),
+    ]
+
+
+def _pieces(data: bytes, chunk: int) -> list[bytes]:
+    return [data[i : i + chunk] for i in range(0, len(data), chunk)]
+
+
+def grpc_server(
+    port: int, clients: int, numel: int, rounds: int, out: Path, chunk: int
+) -> None:
+    """Round ``r`` opens when round ``r - 1``'s last upload is in: a download
+    asking for round ``r`` (its request is the round number) waits until then."""
+    import asyncio
+
+    import grpc
+
+    model = _pieces(np.zeros(numel, np.float32).tobytes(), chunk)
+    completed: list[float] = []
+
+    async def serve() -> None:
+        opened = [asyncio.Event() for _ in range(rounds + 1)]
+        opened[0].set()
+        ups = [0] * rounds
+
+        async def down(request: bytes, context: Any) -> Any:
+            r = int(request)
+            await opened[r].wait()
+            for m in model:
+                yield m
+
+        async def up(it: Any, context: Any) -> bytes:
+            got = 0
+            async for m in it:
+                got += len(m)
+            if got != 4 * numel:
+                raise ValueError(f"upload of {got} bytes, {4 * numel} expected")
+            r = len(completed)
+            ups[r] += 1
+            if ups[r] == clients:
+                completed.append(time.time())
+                opened[r + 1].set()
+            return b""
+
+        server = grpc.aio.server(options=_grpc_options(2 * chunk))
+        handlers = {
+            "Down": grpc.unary_stream_rpc_method_handler(down, _identity, _identity),
+            "Up": grpc.stream_unary_rpc_method_handler(up, _identity, _identity),
+        }
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("floor", handlers),)
+        )
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await opened[rounds].wait()
+        await server.stop(5)
+
+    asyncio.run(serve())
+    out.write_text(json.dumps({"completed_at": completed}))
+
+
+def grpc_clients(
+    port: int, first: int, count: int, numel: int, rounds: int, chunk: int
+) -> None:
+    import grpc
+
+    def run(i: int) -> None:
+        reply = np.full(numel, 1e-3 * (i + 1), np.float32).tobytes()
+        buf = bytearray(4 * numel)
+        with grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=_grpc_options(2 * chunk)
+        ) as ch:
+            grpc.channel_ready_future(ch).result(timeout=60)
+            down = ch.unary_stream("/floor/Down", _identity, _identity)
+            up = ch.stream_unary("/floor/Up", _identity, _identity)
+            for r in range(rounds):
+                at = 0
+                for m in down(str(r).encode()):
+                    buf[at : at + len(m)] = m
+                    at += len(m)
+                view = memoryview(reply)
+                up(bytes(view[j : j + chunk]) for j in range(0, len(view), chunk))
+
+    _in_threads(run, first, count)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "role",
-        choices=["flower-server", "flower-clients", "loop-server", "loop-clients"],
+        choices=[
+            "flower-server",
+            "flower-clients",
+            "loop-server",
+            "loop-clients",
+            "grpc-server",
+            "grpc-clients",
+        ],
     )
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--clients", type=int, default=1)
@@ -172,6 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--numel", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--chunk", type=int, default=1 << 20, help="gRPC floor: bytes per message"
+    )
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     address = f"127.0.0.1:{a.port}"
@@ -181,8 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         flower_clients(address, a.first, a.count)
     elif a.role == "loop-server":
         loop_server(a.port, a.clients, a.numel, a.rounds, a.out)
-    else:
+    elif a.role == "loop-clients":
         loop_clients(a.port, a.first, a.count, a.numel, a.rounds)
+    elif a.role == "grpc-server":
+        grpc_server(a.port, a.clients, a.numel, a.rounds, a.out, a.chunk)
+    else:
+        grpc_clients(a.port, a.first, a.count, a.numel, a.rounds, a.chunk)
     return 0
 
 

@@ -39,6 +39,7 @@ def test_rows_take_medians_and_judge_every_goal() -> None:
             "flower_embedded": Measured([emb], 400.0, ["python"]),
             "flower_deployment": Measured([dep], 150.0, ["flower-superlin"]),
             "loopback_floor": Measured([floor], 30.0, ["python"]),
+            "grpc_floor": Measured([2 * floor], 40.0, ["python"]),
         }
 
     row = make_row(
@@ -53,6 +54,10 @@ def test_rows_take_medians_and_judge_every_goal() -> None:
     assert g["speedup_vs_deployment"] == pytest.approx(7.0 / 0.3, abs=0.01)
     assert g["speedup_vs_deployment_met"] and g["no_slower_than_embedded_met"]
     assert g["floor_ratio"] == 3.0 and g["within_3x_of_floor_met"]
+    # The gRPC floor's ratios are reported, not judged.
+    assert row["grpc_floor_s"] == 0.2
+    assert g["grpc_floor_ratio_vs_loopback"] == 2.0
+    assert g["fedplat_ratio_vs_grpc_floor"] == 1.5
     assert not g["memory_no_more_than_embedded_met"]  # 500 MB > 400 MB
     assert len(row["repetitions"]) == 3
     assert summary([row]) == {
@@ -75,6 +80,8 @@ def test_tiny_run_shows_the_direction_of_the_claims(tmp_path: Path) -> None:
     # Nothing beats moving the bytes alone.
     assert row["loopback_floor_s"] < row["fedplat_round_s"]
     assert row["loopback_floor_s"] < row["flower_embedded_round_s"]
+    # Bare gRPC costs more than a socket and less than fedplat's rounds.
+    assert row["loopback_floor_s"] < row["grpc_floor_s"] < row["fedplat_round_s"]
     rep = row["repetitions"][0]
     assert len(rep["fedplat"]["round_s"]) == data["setup"]["rounds"] - 1
     assert any("flower" in p for p in rep["flower_deployment"]["server_processes"])
@@ -89,6 +96,7 @@ def test_doc_block_quotes_the_row_and_says_which_goals_were_missed() -> None:
         "flower_embedded": Measured([0.2], 400.0, ["python"]),
         "flower_deployment": Measured([6.0], 150.0, ["flower-superlin"]),
         "loopback_floor": Measured([0.0075], 30.0, ["python"]),
+        "grpc_floor": Measured([0.025], 40.0, ["python"]),
     }
     row = make_row(1_000_000, 4, [rep])
     setup = {
@@ -101,7 +109,10 @@ def test_doc_block_quotes_the_row_and_says_which_goals_were_missed() -> None:
     data = {"rows": [row], "goals": summary([row]), "setup": setup}
     text = vs_flower_block({**data, "repetitions_completed": 1})
     assert "median over 1 interleaved repetition(s)" in text
-    assert "| 4 x 1M | 0.3 s | 0.2 s | 6 s | 7.5 ms | 40.0x | 20.0x | 0.667x |" in text
+    cells = "| 4 x 1M | 0.3 s | 0.2 s | 6 s | 7.5 ms | 0.025 s | 40.0x | 20.0x "
+    cells += "| 0.667x |"
+    assert cells in text
+    assert "- 4 x 1M: gRPC floor / loopback 3.33x, fedplat / gRPC floor 12.0x" in text
     assert "| 500 / 400 / 150 MB |" in text
     assert "- speedup vs deployment: met" in text
     assert "- within 3x of floor: **missed**" in text
