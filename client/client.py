@@ -19,7 +19,11 @@ certificate). Errors no retry can fix (a refused enrolment or model, a TLS
 certificate that does not verify) stop the client with one clear message.
 
 Memory: during a round the client holds the model and one model-sized vector
-(the global model, overwritten in place by the update that is sent from it).
+(the global model, overwritten in place by the update that is sent from it), plus
+what gRPC buffers: a fixed receive window per stream (``stream_window_bytes``,
+4 MiB; ``None`` for gRPC's auto-tuned window, which can grow to hold much more
+of a large model). A fixed window caps one download's speed at the window per
+round trip (4 MiB per 100 ms is about 40 MB/s): raise it on long, fast links.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from fedplat.client.middleware import ByteCounter, Middleware, chain
 from fedplat.client.secagg import SecAggParticipant, secagg_vector
 
 from fedplat.security.identity import ENROL, UPDATE, Identity
-from fedplat.transport.base import Connection
+from fedplat.transport.base import DEFAULT_STREAM_WINDOW, Connection
 from fedplat.transport.errors import (
     DuplicateUpdate,
     FedplatError,
@@ -134,6 +138,7 @@ class Client:
         poll_seconds: float = 10.0,
         give_up_after: float | None = None,
         info: Mapping[str, str] | None = None,
+        stream_window_bytes: int | None = DEFAULT_STREAM_WINDOW,
     ) -> None:
         if connection_factory is None:
             if address is None:
@@ -145,6 +150,7 @@ class Client:
                 root_certificates=root_certificates,
                 private_key=private_key,
                 certificate_chain=certificate_chain,
+                stream_window_bytes=stream_window_bytes,
             )
             addr = address
 

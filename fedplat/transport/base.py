@@ -24,6 +24,10 @@ from fedplat.transport.messages import (
     UploadAck,
 )
 
+#: A client's fixed receive window per gRPC stream (``ChannelOptions``,
+#: ``Client(stream_window_bytes=...)``): 4 MiB.
+DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
+
 if TYPE_CHECKING:
     from fedplat.proto.streams import ModelInfo
     from fedplat.uplink.body import EncodedBody

@@ -14,6 +14,7 @@ from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.proto import serde, streams
 from fedplat.proto.streams import ModelInfo
+from fedplat.transport.base import DEFAULT_STREAM_WINDOW
 from fedplat.transport.errors import Unauthenticated
 from fedplat.transport.messages import (
     Challenge,
@@ -48,9 +49,8 @@ class ChannelOptions:
     rpc_timeout: float = 60.0
     # A fixed receive window per stream (gRPC's window auto-tuning off): what
     # gRPC may hold of a download this client has not read yet. ``None``: the
-    # auto-tuned window, which held about one more model-sized buffer per client
-    # at 10M parameters (docs/scale.md).
-    stream_window_bytes: int | None = 4 * MiB
+    # auto-tuned window, which can grow to hold much more (docs/scale.md).
+    stream_window_bytes: int | None = DEFAULT_STREAM_WINDOW
 
     def __post_init__(self) -> None:
         w = self.stream_window_bytes

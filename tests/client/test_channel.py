@@ -25,3 +25,19 @@ def test_no_window_leaves_grpc_auto_tuning() -> None:
 def test_window_out_of_range_is_refused(bad: int) -> None:
     with pytest.raises(ValueError, match="stream_window_bytes"):
         ChannelOptions(stream_window_bytes=bad)
+
+
+def test_client_passes_its_window_to_the_channel() -> None:
+    from fedplat.client import Client
+    from torch import nn
+
+    def train(model: object, config: object) -> int:
+        return 1
+
+    for window in (None, 8 * MiB):
+        c = Client("127.0.0.1:1", nn.Linear(2, 1), train, stream_window_bytes=window)
+        conn = c._factory()
+        try:
+            assert conn.opts.stream_window_bytes == window
+        finally:
+            conn.close()
