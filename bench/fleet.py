@@ -203,14 +203,22 @@ def serve_to_end(
 ) -> float:
     """Wait for ``server`` to exit (the run is over), then for its ``clients``;
     stop whatever is left either way. Returns the server's peak RSS (MB, from
-    ``peak``); raises with the end of ``log`` if the server failed."""
+    ``peak``); raises with the end of ``log`` if the server failed, or at once
+    if a client process fails while the server runs (it would wait for it)."""
     try:
-        try:
-            rc = server.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"server still running after {timeout:.0f}s:\n{tail(log)}"
-            ) from None
+        end = time.monotonic() + timeout
+        while (rc := server.poll()) is None:
+            failed = [p.returncode for p in clients if p.poll() not in (None, 0)]
+            if failed:
+                raise RuntimeError(
+                    f"a client process exited {failed[0]} while the server ran:\n"
+                    f"{tail(log)}"
+                )
+            if time.monotonic() > end:
+                raise RuntimeError(
+                    f"server still running after {timeout:.0f}s:\n{tail(log)}"
+                )
+            time.sleep(0.2)
         mb = peak.stop()
         if rc != 0:
             raise RuntimeError(f"server exited {rc}:\n{tail(log)}")

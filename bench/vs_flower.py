@@ -11,10 +11,11 @@ One workload, five systems, run in one invocation, interleaved:
   evaluation; each SuperNode starts a ClientApp process per message);
 * **loopback_floor**: the same bytes (the model down, one model-sized array up,
   per client) through plain TCP sockets between the same processes;
-* **grpc_floor**: the same bytes through bare ``grpc.aio`` streams in messages
-  of fedplat's size, with nothing else (no authentication, hashing, decoding
-  or store): what the transport alone costs, to read the loopback goal by
-  (not one of the issue's systems; reported beside the goals, not as one).
+* **grpc_floor**: the same bytes through bare ``grpc.aio`` streams, in
+  messages of the coordinator's chunk size both ways and with gRPC's default
+  flow control, with nothing else (no authentication, hashing, decoding or
+  store): what the transport alone costs, to read the loopback goal by (not
+  one of the issue's systems; reported beside the goals, not as one).
 
 Clients do not train: client ``i`` returns the model plus ``1e-3 * (i + 1)``
 (fedplat's SDK sends that difference), so every reply is distinct and the same

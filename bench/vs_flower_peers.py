@@ -9,10 +9,12 @@
   per connection) and reads back the same number of bytes from each; no
   framing, hashing, decoding or arithmetic.
 * ``grpc-server`` / ``grpc-clients``: the gRPC floor: the same bytes through
-  bare ``grpc.aio`` streams with fedplat's message sizes (a server-streamed
-  download, a client-streamed upload, both as pre-cut ``bytes`` messages with
-  no serializer); no authentication, hashing, decoding, arithmetic or store.
-  What the transport costs before fedplat adds anything.
+  bare ``grpc.aio`` streams (a server-streamed download, a client-streamed
+  upload, both as pre-cut ``bytes`` messages of ``--chunk`` bytes with no
+  serializer, gRPC's default flow control); no authentication, hashing,
+  decoding, arithmetic or store. What the transport costs before fedplat adds
+  anything. Unlike fedplat, both directions use ``--chunk`` (fedplat's SDK
+  uploads 1 MiB chunks) and neither end fixes its window.
 
 Every server writes ``{"completed_at": [unix seconds per round]}`` to ``--out``:
 the time its round's last update was in (aggregated, for Flower).
@@ -93,14 +95,26 @@ def flower_clients(address: str, first: int, count: int) -> None:
 
 
 def _in_threads(run: Callable[[int], None], first: int, count: int) -> None:
-    """``run(i)`` for clients ``first .. first + count - 1``, one thread each."""
+    """``run(i)`` for clients ``first .. first + count - 1``, one thread each;
+    exits 1 if any of them raised (the runner then stops the server)."""
+    failed: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            run(i)
+        except BaseException as exc:
+            failed.append(exc)
+            raise
+
     threads = [
-        threading.Thread(target=run, args=(i,)) for i in range(first, first + count)
+        threading.Thread(target=guarded, args=(i,)) for i in range(first, first + count)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failed:
+        raise SystemExit(f"{len(failed)} client(s) failed: {failed[0]!r}")
 
 
 # ------------------------------------------------------------ loopback floor

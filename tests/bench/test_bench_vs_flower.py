@@ -80,8 +80,8 @@ def test_tiny_run_shows_the_direction_of_the_claims(tmp_path: Path) -> None:
     # Nothing beats moving the bytes alone.
     assert row["loopback_floor_s"] < row["fedplat_round_s"]
     assert row["loopback_floor_s"] < row["flower_embedded_round_s"]
-    # Bare gRPC costs more than a socket and less than fedplat's rounds.
-    assert row["loopback_floor_s"] < row["grpc_floor_s"] < row["fedplat_round_s"]
+    # Bare gRPC moves the bytes faster than fedplat's whole round.
+    assert 0 < row["grpc_floor_s"] < row["fedplat_round_s"]
     rep = row["repetitions"][0]
     assert len(rep["fedplat"]["round_s"]) == data["setup"]["rounds"] - 1
     assert any("flower" in p for p in rep["flower_deployment"]["server_processes"])
