@@ -113,6 +113,16 @@ def _as_fit_result(out: Any, default_examples: int) -> FitResult:
     )
 
 
+def _grpc_factory(address: str, opts: Any) -> Callable[[], Connection]:
+    """New gRPC connections to ``address`` (``opts``: ``ChannelOptions``)."""
+    from fedplat.transport.grpc import GrpcConnection
+
+    def factory() -> Connection:
+        return GrpcConnection(address, opts)
+
+    return factory
+
+
 class Client:
     """A federated client (see module docstring)."""
 
@@ -143,21 +153,18 @@ class Client:
         if connection_factory is None:
             if address is None:
                 raise ValueError("give an address or a connection_factory")
-            from fedplat.transport.grpc import ChannelOptions, GrpcConnection
+            from fedplat.transport.grpc import ChannelOptions
 
-            opts = ChannelOptions(
-                insecure=insecure,
-                root_certificates=root_certificates,
-                private_key=private_key,
-                certificate_chain=certificate_chain,
-                stream_window_bytes=stream_window_bytes,
+            connection_factory = _grpc_factory(
+                address,
+                ChannelOptions(
+                    insecure=insecure,
+                    root_certificates=root_certificates,
+                    private_key=private_key,
+                    certificate_chain=certificate_chain,
+                    stream_window_bytes=stream_window_bytes,
+                ),
             )
-            addr = address
-
-            def _factory() -> Connection:
-                return GrpcConnection(addr, opts)
-
-            connection_factory = _factory
         self.model = model
         self.layout: Layout = layout_of(model)
         self.train_fn = train_fn
