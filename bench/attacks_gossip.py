@@ -27,15 +27,21 @@ round.
 * **gossip_freeze**: ten idle model streams held open at a time by the spare
   (an admitted member) and two by the outsider, for the whole run.
 
-What is *not* attacked here: the spare speaking as itself. A member may link
-and push its own models; what its models can do is bounded by the mixing rule,
-not by admission (docs/security.md).
+* **gossip_member_poisoning**: the spare, an admitted member, links to every
+  peer under its own name (at 127.0.0.1:9) and pushes a N(0, 100^2) model for
+  every round, declaring 10^9 examples and degree 1. Admission lets a member
+  in; what its models can do is bounded by the mixing rule (by default
+  ClippedGossip, docs/gossip.md). ``blocked``: its pushes were accepted, every
+  peer finished, and the mean accuracy is at most 1 point below the run
+  without attack of the same seed, rounds and rule (``run_gossip(rule=...)``
+  picks another rule than the peers' default).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import threading
 import time
 from collections import Counter
@@ -54,8 +60,9 @@ from bench.deploy import (
     peer_status,
     wait_until,
 )
-from fedplat.gossip.client import channel_options
-from fedplat.gossip.messages import PeerStatus
+from fedplat.compression import dense_payload
+from fedplat.gossip.client import PeerClient, channel_options
+from fedplat.gossip.messages import ModelHeader, PeerAddress, PeerStatus
 from fedplat.gossip.pki import ClusterFiles, make_cluster
 from fedplat.gossip.scenario import ModelSpec
 from fedplat.gossip.server import SERVICE
@@ -64,7 +71,14 @@ from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls, open_channel
 from fedplat.security.certs import issue
 from fedplat.security.identity import Identity
-from fedplat.testing.peer import PEER_RPCS, raw_channel, send_raw, valid_peer_requests
+from fedplat.testing.peer import (
+    PEER_RPCS,
+    member_tls,
+    raw_channel,
+    send_raw,
+    valid_peer_requests,
+)
+from fedplat.transport.errors import FedplatError
 from fedplat.vectors import Layout, layout_of
 
 IDS = ("0", "1", "2")
@@ -82,10 +96,13 @@ class PeerRing:
     """Peers 0-2 as processes, their cluster files and an outsider's
     certificate; :meth:`status` reads a peer's status as the observer."""
 
-    def __init__(self, root: Path, rounds: int, seed: int) -> None:
+    def __init__(
+        self, root: Path, rounds: int, seed: int, rule: str | None = None
+    ) -> None:
         self.root = root
         self.rounds = rounds
         self.seed = seed
+        self.rule = rule  # None: the peers' default mixing rule
         self.procs = Processes(root / "logs")
         self.files: ClusterFiles = make_cluster(root, [*IDS, SPARE])
         self.outsider = issue(self.files.pki, "outsider", server=False)
@@ -110,6 +127,7 @@ class PeerRing:
                     "--model", MODEL["name"], "--model-params", '{"hidden": [32]}',
                     "--rounds", str(self.rounds), "--min-round-s", "0.5",
                     "--linger", "120", "--threads", "1",
+                    *(["--rule", self.rule] if self.rule else []),
                     *self.files.node_args(i),
                 ],
             )  # fmt: skip
@@ -166,6 +184,10 @@ class GossipAttacker:
 
     name: ClassVar[str]
     criterion: ClassVar[str]
+    #: Judged against the run without attack (see :func:`run_gossip`), whose
+    #: accuracy ``run_gossip`` sets here before the attack starts.
+    needs_reference: ClassVar[bool] = False
+    reference_accuracy: float | None = None
 
     def __init__(self, ring: PeerRing, seed: int) -> None:
         self.ring = ring
@@ -334,34 +356,134 @@ class GossipFreeze(GossipAttacker):
                 stop.wait(0.1)
 
 
+class GossipMemberPoisoning(GossipAttacker):
+    """The spare as itself: admitted, linked, its poisoned pushes accepted."""
+
+    name = "gossip_member_poisoning"
+    criterion = (
+        "the spare (an admitted member) links to every peer under its own name "
+        "and pushes a N(0, 100^2) model for every round, declaring 10^9 "
+        "examples and degree 1; its pushes are accepted and mixed, every peer "
+        "finishes every round, and the peers' mean accuracy is at most 1 point "
+        "below the run without attack (same seed, rounds and rule)"
+    )
+    needs_reference = True
+
+    def attack(self, stop: threading.Event) -> None:
+        r, files = self.ring, self.ring.files
+        client = functools.partial(
+            PeerClient, signer=Signer(SPARE, files.identity(SPARE)),
+            membership=files.load_membership(), tls=member_tls(files, SPARE),
+        )  # fmt: skip
+        clients = {i: client(r.address(i), server_id=i, timeout=10) for i in IDS}
+        pushed = dict.fromkeys(IDS, 0)
+        try:
+            for cl in clients.values():  # a link under its own name
+                cl.hello(PeerAddress(SPARE, ROGUE_ADDRESS), 0, r.layout.fingerprint())
+            while not stop.wait(0.1):
+                for i, cl in clients.items():
+                    st = r.status(i)
+                    next_round = -1 if st is None else st.round + 1
+                    if pushed[i] < next_round <= r.rounds:
+                        self._push(cl, next_round)
+                        pushed[i] = next_round
+        finally:
+            for cl in clients.values():
+                cl.close()
+
+    def _push(self, cl: PeerClient, round_: int) -> None:
+        layout = self.ring.layout
+        vec = torch.randn(layout.numel, generator=self.gen) * 100.0
+        body = dense_payload(vec).to_bytes()
+        h = ModelHeader(
+            SPARE, round_, layout, 10**9, 1, 0.0, "", f"{SPARE}:{round_}",
+            len(body), hashlib.sha256(body).hexdigest(),
+        )  # fmt: skip
+        try:
+            accepted = cl.push(h, body, layout.fingerprint()).accepted
+            self.codes["OK" if accepted else "REFUSED"] += 1
+        except FedplatError as exc:
+            self.codes[type(exc).__name__] += 1
+
+    def evidence(self, final: dict[str, PeerStatus]) -> dict[str, Any]:
+        accs = [st.accuracy for st in final.values() if st.accuracy is not None]
+        mean = sum(accs) / len(accs) if len(accs) == len(final) else None
+        ref = self.reference_accuracy
+        drop = None if mean is None or ref is None else ref - mean
+        ran = self.codes["OK"] > 0 and not self.error
+        finished = all(st.round == self.ring.rounds for st in final.values())
+        return {
+            "attacker_error": self.error,
+            "pushes": dict(self.codes),
+            "spare_neighbour_of": [i for i, st in final.items() if st.neighbour(SPARE)],
+            "rounds_finished": {i: st.round for i, st in final.items()},
+            "mean_accuracy": mean,
+            "reference_accuracy": ref,
+            "accuracy_drop": drop,
+            # None: the attack did not run as designed (or nothing to compare).
+            "blocked": (finished and drop <= 0.01)
+            if ran and drop is not None
+            else None,
+        }
+
+
 GOSSIP_ATTACKS: dict[str, type[GossipAttacker]] = {
-    a.name: a for a in (GossipPoisoning, GossipRedirect, GossipFreeze)
+    a.name: a
+    for a in (GossipPoisoning, GossipRedirect, GossipFreeze, GossipMemberPoisoning)
 }
+
+#: Mean accuracy of the runs without attack so far, by (rounds, seed, rule):
+#: the rows judged against one (``needs_reference``) reuse the reference run
+#: ``bench.attacks_live`` makes first instead of running their own.
+_REFERENCES: dict[tuple[int, int, str | None], float | None] = {}
 
 
 def run_gossip(
-    attack: str | None, workdir: Path, rounds: int, seed: int
+    attack: str | None,
+    workdir: Path,
+    rounds: int,
+    seed: int,
+    *,
+    rule: str | None = None,
 ) -> dict[str, Any]:
-    """One run of the ring with ``attack`` (``None``: the reference); a ring
-    whose peers fail to start is started afresh, up to three times."""
+    """One run of the ring with ``attack`` (``None``: the reference) under
+    ``rule`` (``None``: the peers' default); a ring whose peers fail to start
+    is started afresh, up to three times. A row judged against the run without
+    attack runs that reference first if this process has not."""
+    key = (rounds, seed, rule)
+    kind = GOSSIP_ATTACKS[attack] if attack else None
+    if kind is not None and kind.needs_reference and key not in _REFERENCES:
+        run_gossip(None, workdir / "reference", rounds, seed, rule=rule)
     failures: list[str] = []
     for attempt in range(3):
         try:
-            row = _run_ring(attack, workdir / f"try-{attempt}", rounds, seed)
+            row = _run_ring(
+                attack, workdir / f"try-{attempt}", rounds, seed, rule,
+                _REFERENCES.get(key),
+            )  # fmt: skip
         except PeerStartError as exc:
             failures.append(str(exc))
             continue
-        return {**row, "start_failures": failures}
+        if attack is None:
+            _REFERENCES[key] = row["final_accuracy"]
+        return {**row, "rule": rule or "default", "start_failures": failures}
     raise PeerStartError("; ".join(failures))
 
 
 def _run_ring(
-    attack: str | None, workdir: Path, rounds: int, seed: int
+    attack: str | None,
+    workdir: Path,
+    rounds: int,
+    seed: int,
+    rule: str | None = None,
+    reference: float | None = None,
 ) -> dict[str, Any]:
-    ring = PeerRing(workdir, rounds, seed)
+    ring = PeerRing(workdir, rounds, seed, rule)
     stop = threading.Event()
     kind = GOSSIP_ATTACKS[attack] if attack else None
     attacker = kind(ring, seed) if kind else None
+    if attacker is not None:
+        attacker.reference_accuracy = reference
     t0 = time.perf_counter()
     peak = 0.0
     try:

@@ -119,8 +119,9 @@ def training_flags(n: argparse.ArgumentParser) -> None:
     t.add_argument("--rounds", type=int, default=20, help="gossip rounds")
     t.add_argument(
         "--rule",
-        default="metropolis_hastings",
-        help="mixing rule: metropolis_hastings, decavg, uniform, push_sum or noloco "
+        default="clipped_gossip",
+        help="mixing rule: clipped_gossip (default: bounds what one neighbour can "
+        "do), metropolis_hastings, decavg, uniform, push_sum or noloco "
         "(fedplat.gossip.mixing.MIXING_RULES)",
     )
     t.add_argument("--lr", type=float, default=0.1, help="local learning rate")

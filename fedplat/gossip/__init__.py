@@ -1,7 +1,8 @@
 """Peer-to-peer gossip learning: no coordinator, through node and link failures.
 
-* :mod:`~fedplat.gossip.mixing` - the maths (Metropolis-Hastings, DecAvg,
-  push-sum, NoLoCo pairs, consensus distance), pure functions over ``[n, d]``;
+* :mod:`~fedplat.gossip.mixing` - the maths (ClippedGossip, the default;
+  Metropolis-Hastings, DecAvg, push-sum, NoLoCo pairs, consensus distance),
+  pure functions over ``[n, d]``;
 * :mod:`~fedplat.gossip.topology` - communication graphs (networkx);
 * :mod:`~fedplat.gossip.scenario` / :mod:`~fedplat.gossip.network` - declarative
   disruption scenarios and their deterministic replay;
@@ -28,6 +29,7 @@ _EXPORTS = {
     "ScenarioError": "scenario",
     "load_scenario": "scenario",
     "parse_scenario": "scenario",
+    "Byzantine": "sim",
     "GossipSimulation": "sim",
     "RoundMetrics": "sim",
     "SimResult": "sim",

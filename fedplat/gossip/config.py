@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedplat.gossip.membership import check_node_id
-from fedplat.gossip.mixing.rules import get_mixing_rule
+from fedplat.gossip.mixing.rules import DEFAULT_RULE, get_mixing_rule
 
 __all__ = ["PeerConfig", "parse_seed"]
 
@@ -43,7 +43,9 @@ class PeerConfig:
         Refuse new links beyond this many neighbours.
     rounds : int
     rule : str
-        A :data:`fedplat.gossip.mixing.MIXING_RULES` name.
+        A :data:`fedplat.gossip.mixing.MIXING_RULES` name; by default
+        ``clipped_gossip``, the one rule that bounds what a compromised member
+        can do to this peer's model.
     outer_step, alpha, beta
         NoLoCo's outer step (``rule="noloco"``).
     epochs, batch_size, lr
@@ -82,7 +84,7 @@ class PeerConfig:
     target_degree: int = 0
     max_degree: int = 64
     rounds: int = 10
-    rule: str = "metropolis_hastings"
+    rule: str = DEFAULT_RULE
     outer_step: bool = False
     alpha: float = 0.7
     beta: float = 0.5

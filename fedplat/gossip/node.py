@@ -13,9 +13,10 @@ Lifecycle of :class:`PeerNode`:
 3. **Rounds.** Train locally; push the model (encoded for the link, see
    :mod:`fedplat.gossip.links`) to every live neighbour; wait until every live
    neighbour's model for this round arrived or ``round_timeout_s`` passes; mix
-   with what arrived by the rule (:data:`fedplat.gossip.mixing.MIXING_RULES`),
-   or, for a pairwise rule (NoLoCo), pull one random neighbour's model and
-   average with it.
+   with what arrived by the rule (:data:`fedplat.gossip.mixing.MIXING_RULES`;
+   by default ClippedGossip, which bounds how far any one neighbour's model
+   can move this peer's), or, for a pairwise rule (NoLoCo), pull one random
+   neighbour's model and average with it.
 4. **Failure detection.** A heartbeat pings every neighbour each
    ``heartbeat_s``; silence for ``dead_after_s`` marks it dead, so rounds stop
    waiting for it; an answer or a ``Hello`` marks it alive again.
@@ -46,7 +47,6 @@ from fedplat.gossip.client import channel_options
 from fedplat.gossip.config import PeerConfig
 from fedplat.gossip.guard import Admission
 from fedplat.gossip.inbound import Inbound
-from fedplat.gossip.limits import RefusalLog
 from fedplat.gossip.links import LinkDecoder, make_compressor
 from fedplat.gossip.messages import PeerStatus
 from fedplat.gossip.neighbours import NeighbourTable
@@ -61,6 +61,7 @@ from fedplat.gossip.state import PeerState
 from fedplat.models import evaluate, train_epochs
 from fedplat.proto.serde import layout_to_proto
 from fedplat.transport.errors import FedplatError
+from fedplat.transport.limits import RefusalLog
 from fedplat.vectors import flatten, layout_of, load_vector
 
 __all__ = ["PeerConfig", "PeerNode", "payload_bound", "peer_from_scenario"]
@@ -393,13 +394,15 @@ class PeerNode:
                 return
             nb = torch.stack([e.x for e in used])
             st.consensus_gap = float(((nb - st.x) ** 2).sum(1).mean().sqrt())
+            # The declared degrees and sizes reach only the legacy rules that
+            # read them; the default (clipped_gossip) ignores both.
             w = self.rule.row_weights(
                 len(live),
                 float(self.num_examples),
                 torch.tensor([e.degree for e in used]),
                 torch.tensor([float(e.num_examples) for e in used]),
             )
-            st.x = mx.mix_row(w, st.x, nb)
+            st.x = self.rule.mix_row(w, st.x, nb)
 
     def _pair_with_random_neighbour(self, r: int) -> None:
         """Average with one random live neighbour's current model (pulled)."""

@@ -57,7 +57,7 @@ from pydantic import (
 )
 
 from fedplat.config import Strict, read_mapping, validation_message
-from fedplat.gossip.mixing import MIXING_RULES
+from fedplat.gossip.mixing import DEFAULT_RULE, MIXING_RULES
 from fedplat.gossip.topology import TopologyError, TopologyKind, build_topology
 
 __all__ = [
@@ -108,7 +108,9 @@ class TrainingSpec(Strict):
 
 
 class MixingSpec(Strict):
-    rule: str = "decavg"  # a fedplat.gossip.mixing.MIXING_RULES name
+    # A fedplat.gossip.mixing.MIXING_RULES name; the default clips what any one
+    # neighbour can do (ClippedGossip).
+    rule: str = DEFAULT_RULE
     # NoLoCo only: use the paper's outer step (momentum + consensus pull) instead
     # of plain pairwise averaging.
     outer_step: bool = False

@@ -5,7 +5,7 @@ Every call takes the same path:
 1. the connection's certificate must name a member (mutual TLS;
    :meth:`fedplat.gossip.guard.Admission.connection`), else
    ``PERMISSION_DENIED`` before anything is read;
-2. a slot (:class:`~fedplat.gossip.limits.StreamSlots`: calls in flight per
+2. a slot (:class:`~fedplat.transport.limits.StreamSlots`: calls in flight per
    caller and in total), else ``RESOURCE_EXHAUSTED``;
 3. the request, parsed by a deserializer that never raises
    (:func:`fedplat.proto.streams.parse_or_malformed`): bytes that do not parse
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 import grpc.aio
 
-from fedplat.gossip.limits import StreamSlots
 from fedplat.gossip.tls import PeerTls, caller_certificate
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
 from fedplat.proto.streams import BodyBuffer, Malformed, parse_chunk, parse_or_malformed
 from fedplat.transport.errors import FedplatError, InvalidArgument, ResourceExhausted
+from fedplat.transport.limits import StreamSlots
 from fedplat.transport.status import status_of
 
 if TYPE_CHECKING:

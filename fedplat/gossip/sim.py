@@ -3,10 +3,18 @@
 Each round: live nodes with data train locally (all at once, see
 :class:`~fedplat.gossip.batched.StackedModel`), then every live node mixes with
 its live, uncut neighbours by the scenario's rule, vectorised as one ``W @ X``
-product (or push-sum / NoLoCo pairs), then metrics are taken and the scenario's
-events for that round change the graph. Removed nodes keep their row but take no
-part in training, mixing or metrics; a rejoined node restarts from the average
-of its live neighbours, as a restarted peer process catches up.
+product (ClippedGossip: one clipped difference per directed edge; or push-sum /
+NoLoCo pairs), then metrics are taken and the scenario's events for that round
+change the graph. Removed nodes keep their row but take no part in training,
+mixing or metrics; a rejoined node restarts from the average of its live
+neighbours, as a restarted peer process catches up.
+
+Byzantine nodes (:class:`Byzantine`, an evaluation hook, not a scenario field)
+send an attack's vector to every neighbour instead of their model, computed
+from all honest live nodes' public models of the round (the omniscient threat
+model of :mod:`fedplat.aggregators.attacks`, whose attacks fit as they are).
+They do not train, and the metrics cover the honest nodes only. NoLoCo pairs
+exchange exact models, so the hook does not reach them.
 
 Bytes per link: every live link carries one encoded model each way per round
 (only the matched pairs under NoLoCo), ``Payload.nbytes`` of the scenario's link
@@ -37,7 +45,7 @@ from fedplat.gossip.setup import NodeData, build_model, load_node_data, test_sub
 from fedplat.gossip.topology import adjacency, components
 from fedplat.vectors import flatten
 
-__all__ = ["GossipSimulation", "RoundMetrics", "SimResult", "simulate"]
+__all__ = ["Byzantine", "GossipSimulation", "RoundMetrics", "SimResult", "simulate"]
 
 log = logging.getLogger("fedplat.gossip.sim")
 
@@ -75,6 +83,29 @@ class RoundMetrics:
     min_accuracy: float | None = None
     node_accuracy: dict[int, float] = field(default_factory=dict)
     node_bytes: dict[int, int] = field(default_factory=dict)
+
+
+#: ``(honest [h, d], f) -> [f, d]``: the signature of
+#: :class:`fedplat.aggregators.attacks.Attack`.
+AttackFn = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Byzantine:
+    """Nodes that lie: each sends its row of ``attack(honest, f)`` to every
+    neighbour, every round.
+
+    Attributes
+    ----------
+    nodes : tuple of int
+        The ``f`` Byzantine node ids.
+    attack : callable
+        ``(honest [h, d], f) -> [f, d]``, ``honest`` being the public models of
+        the live honest nodes this round.
+    """
+
+    nodes: tuple[int, ...]
+    attack: AttackFn
 
 
 @dataclass(frozen=True)
@@ -132,6 +163,8 @@ class GossipSimulation:
         match the scenario's relays (empty datasets for them).
     observers : list of RoundObserver
         Progress sinks (store recorder, progress bar).
+    byzantine : Byzantine, optional
+        Nodes that send an attack instead of their model (evaluation only).
     """
 
     def __init__(
@@ -139,10 +172,18 @@ class GossipSimulation:
         scenario: Scenario,
         data: NodeData | None = None,
         observers: list[RoundObserver] | None = None,
+        byzantine: Byzantine | None = None,
     ) -> None:
         self.scenario = scenario
         self.network = NetworkState(scenario)
         n = self.network.n
+        self.byzantine = byzantine
+        self._liars = torch.zeros(n, dtype=torch.bool)
+        if byzantine is not None:
+            bad = sorted(set(byzantine.nodes) - set(range(n)))
+            if bad or not byzantine.nodes:
+                raise ValueError(f"Byzantine nodes {bad or '()'} are not 0..{n - 1}")
+            self._liars[list(byzantine.nodes)] = True
         self.data = data or load_node_data(
             scenario.data, n, scenario.seed, self.network.relay
         )
@@ -189,7 +230,11 @@ class GossipSimulation:
 
     def _train(self, round: int) -> None:
         s = self.scenario
-        nodes = sorted(v for v in self.network.alive if len(self.data.train[v]) > 0)
+        nodes = sorted(
+            v
+            for v in self.network.alive
+            if len(self.data.train[v]) > 0 and not self._liars[v]
+        )
         if not nodes:
             return
         idx = torch.tensor(nodes)
@@ -243,6 +288,7 @@ class GossipSimulation:
             paired = torch.nonzero(partner != torch.arange(n)).reshape(-1)
             adj[paired, partner[paired]] = True
         public, nbytes = self._broadcast(alive, round)
+        public = self._forge(public, alive)
         deg = adj.sum(1)
         for v in torch.nonzero(deg).reshape(-1).tolist():
             sent[v] = int(deg[v]) * nbytes[v]
@@ -256,9 +302,25 @@ class GossipSimulation:
         if rule.debiased:  # push-sum: the weights split like the numerators
             self._pushsum_w = w @ self._pushsum_w
         # Own share stays exact; neighbours' shares arrive as public copies.
-        diag = torch.diagonal(w).to(self.x.dtype)[:, None]
-        self.x = mx.mix(w, public) + diag * (self.x - public)
+        self.x = rule.mix(w, self.x, public)
         return sent
+
+    def _forge(self, public: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """``public`` ``[n, d]`` with the live Byzantine rows replaced by the
+        attack's vectors (unchanged without Byzantine nodes)."""
+        liars = torch.nonzero(alive & self._liars).reshape(-1)
+        honest = alive & ~self._liars
+        if self.byzantine is None or liars.numel() == 0 or not bool(honest.any()):
+            return public
+        forged = self.byzantine.attack(public[honest], int(liars.numel()))
+        if forged.shape != (liars.numel(), public.shape[1]):
+            raise ValueError(
+                f"attack returned {tuple(forged.shape)} for {liars.numel()} "
+                f"Byzantine node(s) of dimension {public.shape[1]}"
+            )
+        out = public.clone()
+        out[liars] = forged.to(public.dtype)
+        return out
 
     def _pair_step(self, partner: torch.Tensor) -> None:
         """Average each matched pair (NoLoCo; optionally its outer step)."""
@@ -341,7 +403,7 @@ class GossipSimulation:
 
     def _metrics(self, r: int, g: nx.Graph, sent: dict[int, int]) -> RoundMetrics:
         s = self.scenario
-        alive = self._alive_mask()
+        alive = self._alive_mask() & ~self._liars  # a liar's model is no result
         models = self._estimate()
         last = r == s.rounds
         acc: dict[int, float] = {}

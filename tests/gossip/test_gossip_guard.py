@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from fedplat.gossip.guard import Admission
-from fedplat.gossip.limits import RefusalLog, StreamSlots
 from fedplat.gossip.membership import (
     Member,
     Membership,
@@ -37,6 +36,7 @@ from fedplat.security.certs import (
 )
 from fedplat.security.identity import Identity
 from fedplat.transport.errors import PermissionDenied, ResourceExhausted, StaleUpdate
+from fedplat.transport.limits import RefusalLog, StreamSlots
 from fedplat.vectors import Layout, TensorSpec
 from tests.support.gossip import SPARE, peer_files
 

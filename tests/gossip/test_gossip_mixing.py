@@ -341,7 +341,7 @@ def test_one_registry_of_mixing_rules_serves_the_sim_and_the_peers() -> None:
     )
     sizes = torch.tensor([10.0, 0.0, 30.0, 5.0])
     deg = g.sum(1)
-    for name in ("metropolis_hastings", "decavg", "uniform"):
+    for name in ("clipped_gossip", "metropolis_hastings", "decavg", "uniform"):
         rule = mx.get_mixing_rule(name)
         w = rule.weights(g, sizes)
         for i in range(4):
@@ -352,6 +352,7 @@ def test_one_registry_of_mixing_rules_serves_the_sim_and_the_peers() -> None:
     assert mx.get_mixing_rule("push_sum").debiased
     assert mx.get_mixing_rule("noloco").exchange == "pairs"
     assert set(mx.RULES) == {
+        "clipped_gossip",
         "metropolis_hastings",
         "decavg",
         "uniform",

@@ -276,9 +276,11 @@ def test_ring_of_peers_learns(data: NodeData, files: ClusterFiles) -> None:
 @pytest.mark.parametrize(
     "over",
     [
+        {"rule": "metropolis_hastings"},
         {"rule": "push_sum"},
         {"rule": "noloco", "outer_step": True},
         {"rule": "decavg", "compressor": "topk", "compressor_params": {"ratio": 0.2}},
+        {"compressor": "topk", "compressor_params": {"ratio": 0.2}},  # default rule
     ],
 )
 def test_other_rules_and_compressed_links(
@@ -288,7 +290,7 @@ def test_other_rules_and_compressed_links(
     run_peers(nodes)
     accs = [nd.accuracy for nd in nodes]
     assert all(a is not None and a > 0.5 for a in accs), accs
-    if over["rule"] == "push_sum":
+    if over.get("rule") == "push_sum":
         # Mass is conserved when no message was lost.
         assert sum(nd.push_weight for nd in nodes) == pytest.approx(3.0)
     if "compressor" in over:

@@ -107,7 +107,8 @@ def test_toml_and_yaml_are_equivalent(tmp_path: Path) -> None:
         ({"topology": {"kind": "ring", "n": 8, "m": 2}}, "does not take \\['m'\\]"),
         (
             {"mixing": {"rule": "gossip"}},
-            "mixing.rule: unknown mixing rule 'gossip'; available: decavg",
+            "mixing.rule: unknown mixing rule 'gossip'; available: "
+            "clipped_gossip, decavg",
         ),
         ({"events": [{"round": 1, "action": "explode"}]}, "does not match any of the"),
         (

@@ -5,6 +5,14 @@ stacked model matrix, a real peer applies the ``*_row`` forms to its own model a
 the ones it received. ``tests/test_packaging.py`` keeps this package pure.
 """
 
+from fedplat.gossip.mixing.clipped import (
+    DEFAULT_CLIP_FRACTION,
+    clip,
+    clipped_gossip,
+    clipped_gossip_row,
+    clipping_radius,
+    own_degree_row,
+)
 from fedplat.gossip.mixing.consensus import consensus_distance
 from fedplat.gossip.mixing.noloco import (
     NoLoCoState,
@@ -22,6 +30,7 @@ from fedplat.gossip.mixing.pushsum import (
     push_sum_step,
 )
 from fedplat.gossip.mixing.rules import (
+    DEFAULT_RULE,
     MIXING_RULES,
     Exchange,
     MixingRule,
@@ -35,6 +44,7 @@ from fedplat.gossip.mixing.weights import (
     metropolis_hastings,
     metropolis_hastings_row,
     mix,
+    mix_public,
     mix_row,
     uniform,
     uniform_row,
@@ -44,6 +54,8 @@ from fedplat.gossip.mixing.weights import (
 RULES: tuple[str, ...] = tuple(MIXING_RULES.available())
 
 __all__ = [
+    "DEFAULT_CLIP_FRACTION",
+    "DEFAULT_RULE",
     "MIXING_RULES",
     "RULES",
     "Exchange",
@@ -52,6 +64,10 @@ __all__ = [
     "PushSumShare",
     "PushSumState",
     "check_adjacency",
+    "clip",
+    "clipped_gossip",
+    "clipped_gossip_row",
+    "clipping_radius",
     "consensus_distance",
     "data_weighted",
     "data_weighted_row",
@@ -59,9 +75,11 @@ __all__ = [
     "metropolis_hastings",
     "metropolis_hastings_row",
     "mix",
+    "mix_public",
     "mix_row",
     "noloco_local_step",
     "noloco_outer_step",
+    "own_degree_row",
     "pair_average",
     "push_sum_estimate",
     "push_sum_matrix",

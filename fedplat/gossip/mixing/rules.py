@@ -2,11 +2,18 @@
 simulation and the real peers alike.
 
 A rule says *how models are exchanged* (:attr:`MixingRule.exchange`) and, for
-the rules that average what neighbours send, *with which weights*, in two forms
-that agree (a test checks it): the ``[n, n]`` matrix the simulation applies to
-all stacked models at once, and the ``[k + 1]`` row one peer computes from what
-its ``k`` neighbours declared. Nothing outside this module branches on a rule's
-name.
+the rules that average what neighbours send, *with which weights* and *how they
+combine*, in two forms that agree (a test checks it): the ``[n, n]`` matrix the
+simulation applies to all stacked models at once, and the ``[k + 1]`` row one
+peer computes for its ``k`` neighbours. Nothing outside this module branches on
+a rule's name.
+
+The default, :data:`DEFAULT_RULE` (``clipped_gossip``), is the only one that
+bounds what a compromised member can do: it clips each neighbour's difference
+(:mod:`fedplat.gossip.mixing.clipped`) and weighs neighbours by this peer's own
+degree alone. The other rules average without clipping and, for
+``metropolis_hastings`` and ``decavg``, weigh by what neighbours declare about
+themselves; they stay selectable by name for honest networks and comparisons.
 """
 
 from __future__ import annotations
@@ -17,18 +24,26 @@ from typing import Literal
 
 import torch
 
+from fedplat.gossip.mixing.clipped import (
+    clipped_gossip,
+    clipped_gossip_row,
+    own_degree_row,
+)
 from fedplat.gossip.mixing.pushsum import push_sum_matrix
 from fedplat.gossip.mixing.weights import (
     data_weighted,
     data_weighted_row,
     metropolis_hastings,
     metropolis_hastings_row,
+    mix_public,
     uniform,
     uniform_row,
 )
+from fedplat.gossip.mixing.weights import mix_row as linear_mix_row
 from fedplat.registry import Registry
 
 __all__ = [
+    "DEFAULT_RULE",
     "MIXING_RULES",
     "Exchange",
     "MixingRule",
@@ -48,6 +63,14 @@ MatrixFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: ``(own_degree, own_size, neighbour_degrees [k], neighbour_sizes [k]) -> [k + 1]``
 #: float64 weights, entry 0 for the peer's own model.
 RowFn = Callable[[int, float, torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``(W [n, n], x [n, d], public [n, d]) -> [n, d]``: every node's own model is
+#: exact, its neighbours' are what they sent.
+CombineFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``(weights [k + 1], own [d], neighbours [k, d]) -> [d]``.
+CombineRowFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: The rule of a peer, a scenario or ``fedplat gossip node`` that names none.
+DEFAULT_RULE = "clipped_gossip"
 
 
 @dataclass(frozen=True)
@@ -64,12 +87,20 @@ class MixingRule:
         ``push_sum`` rules).
     row : callable, optional
         One peer's row of ``W`` from local knowledge (``average`` rules).
+    combine : callable
+        How the whole graph mixes with ``W`` (default: the linear step
+        :func:`~fedplat.gossip.mixing.weights.mix_public`).
+    combine_row : callable
+        How one peer mixes with its row (default: the linear
+        :func:`~fedplat.gossip.mixing.weights.mix_row`).
     """
 
     name: str
     exchange: Exchange
     matrix: MatrixFn | None = None
     row: RowFn | None = None
+    combine: CombineFn = mix_public
+    combine_row: CombineRowFn = linear_mix_row
 
     @property
     def debiased(self) -> bool:
@@ -94,6 +125,18 @@ class MixingRule:
             raise ValueError(f"mixing rule {self.name!r} has no per-peer weights")
         return self.row(own_degree, own_size, neighbour_degrees, neighbour_sizes)
 
+    def mix(
+        self, w: torch.Tensor, x: torch.Tensor, public: torch.Tensor
+    ) -> torch.Tensor:
+        """One step of the whole graph: ``[n, n], [n, d], [n, d] -> [n, d]``."""
+        return self.combine(w, x, public)
+
+    def mix_row(
+        self, weights: torch.Tensor, own: torch.Tensor, neighbours: torch.Tensor
+    ) -> torch.Tensor:
+        """One peer's step: ``[k + 1], [d], [k, d] -> [d]``."""
+        return self.combine_row(weights, own, neighbours)
+
 
 MIXING_RULES: Registry[MixingRule] = Registry("mixing rule")
 
@@ -108,6 +151,18 @@ def get_mixing_rule(name: str) -> MixingRule:
     return MIXING_RULES.create(name)
 
 
+register_mixing_rule(
+    MixingRule(
+        DEFAULT_RULE,
+        "average",
+        # The simulation knows every degree, so 1 / (deg_i + 1) is uniform(adj);
+        # a peer uses its own live degree (own_degree_row): nothing declared.
+        matrix=lambda adj, sizes: uniform(adj),
+        row=lambda deg, size, nb_deg, nb_size: own_degree_row(deg, nb_deg.numel()),
+        combine=clipped_gossip,
+        combine_row=clipped_gossip_row,
+    )
+)
 register_mixing_rule(
     MixingRule(
         "metropolis_hastings",

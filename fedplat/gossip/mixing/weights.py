@@ -12,7 +12,12 @@ keep their model), which is what a peer does when it hears from nobody.
 
 The ``*_row`` variants compute one row from what a single peer knows (its own
 degree or data size and its neighbours'), for the real peer process; a test checks
-they equal the rows of the matrix forms.
+they equal the rows of the matrix forms. Two of them (:func:`metropolis_hastings_row`,
+:func:`data_weighted_row`) rest on what each neighbour *declares* about itself in
+its model header (degree, example count), which a compromised member may choose
+freely: they serve only the legacy rules a configuration names explicitly. The
+default rule, ClippedGossip (:mod:`fedplat.gossip.mixing.clipped`), uses none of
+it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ __all__ = [
     "metropolis_hastings",
     "metropolis_hastings_row",
     "mix",
+    "mix_public",
     "mix_row",
     "uniform",
     "uniform_row",
@@ -143,6 +149,17 @@ def mix(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return w.to(x.dtype) @ x
 
 
+def mix_public(w: torch.Tensor, x: torch.Tensor, public: torch.Tensor) -> torch.Tensor:
+    """One linear gossip step when nodes send public copies of their models.
+
+    ``x_i <- W_ii x_i + sum_{j != i} W_ij public_j``: each node's own share stays
+    exact, its neighbours' shares are what they sent (``[n, n], [n, d], [n, d]
+    -> [n, d]``). With ``public = x`` this is :func:`mix`.
+    """
+    diag = torch.diagonal(w).to(x.dtype)[:, None]
+    return mix(w, public) + diag * (x - public)
+
+
 # ----------------------------------------------------------------- one peer's row
 
 
@@ -150,6 +167,12 @@ def metropolis_hastings_row(
     own_degree: int, neighbour_degrees: torch.Tensor
 ) -> torch.Tensor:
     """Row ``i`` of :func:`metropolis_hastings` from local knowledge.
+
+    The neighbours' degrees are what they declared: a liar can only lower its
+    own weight (its degree is counted at least as this peer's own), but its
+    model enters unclipped, so one compromised member moves this peer as far
+    as it likes. Used by the ``metropolis_hastings`` rule only when a
+    configuration names it.
 
     Parameters
     ----------
@@ -171,7 +194,12 @@ def metropolis_hastings_row(
 
 
 def data_weighted_row(own_size: float, neighbour_sizes: torch.Tensor) -> torch.Tensor:
-    """Row ``i`` of :func:`data_weighted`: ``[k + 1]`` weights, entry 0 for self."""
+    """Row ``i`` of :func:`data_weighted`: ``[k + 1]`` weights, entry 0 for self.
+
+    ``neighbour_sizes`` are the example counts the neighbours declared: one that
+    declares 10^12 examples takes nearly all of the row. Used by the ``decavg``
+    rule only when a configuration names it.
+    """
     s = torch.cat(
         [
             torch.tensor([float(own_size)], dtype=torch.float64),

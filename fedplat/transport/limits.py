@@ -1,4 +1,4 @@
-"""What any one caller may cost a peer: concurrent streams, and log lines.
+"""What any one caller may cost a service: calls in flight, and log lines.
 
 :class:`StreamSlots` bounds the calls in flight per caller and in total, so a
 few callers holding streams open cannot take every slot (the handlers also time
