@@ -16,6 +16,9 @@ APP_PATH = Path(__file__).resolve().parent / "app.py"
 DB_ENV = "FEDPLAT_MONITOR_DB"
 #: Seconds between refreshes of live panels; ``fedplat monitor --refresh`` sets it.
 REFRESH_ENV = "FEDPLAT_MONITOR_REFRESH"
+#: A file holding the monitor's password (or its hash); set, every session must
+#: sign in first. ``fedplat monitor --password-file`` sets it.
+PASSWORD_FILE_ENV = "FEDPLAT_MONITOR_PASSWORD_FILE"
 
 
 def display_url(url: str) -> str:
@@ -30,4 +33,4 @@ def display_url(url: str) -> str:
         return "<unparsable URL>"
 
 
-__all__ = ["APP_PATH", "DB_ENV", "REFRESH_ENV", "display_url"]
+__all__ = ["APP_PATH", "DB_ENV", "PASSWORD_FILE_ENV", "REFRESH_ENV", "display_url"]

@@ -1,7 +1,9 @@
 """Entry script of the fedplat monitor: ``streamlit run app.py -- --db URL``.
 
-``fedplat monitor --db URL`` runs this file. It sets up the page, the sidebar
-shared by every page, and the navigation; each page is a script in ``views/``.
+``fedplat monitor --db URL`` runs this file. It sets up the page, asks for the
+password when one is set (no page runs and nothing of the store is read before
+it), then draws the sidebar shared by every page and the navigation; each page
+is a script in ``views/``.
 """
 
 from __future__ import annotations
@@ -9,14 +11,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import streamlit as st
+from fedplat.ui import login
 from fedplat.ui.common import database_url, sidebar_settings
 
 VIEWS = Path(__file__).resolve().parent / "views"
 
 st.set_page_config(
-    page_title="fedplat monitor", page_icon=":material/hub:", layout="wide"
+    page_title="fedplat monitor",
+    # An emoji, not a :material/...: icon: Streamlit fetches those favicons from
+    # fonts.gstatic.com, telling Google who watches which monitor (and a CSP
+    # that allows only this origin blocks them).
+    page_icon="📡",
+    layout="wide",
 )
-
+signed_in = login.gate()  # draws the sign-in form if not
+# The navigation is built even before sign-in, hidden, so that Streamlit knows
+# the page a link names (/run?run=...) and the browser lands there after it.
 navigation = st.navigation(
     [
         st.Page(
@@ -50,7 +60,11 @@ navigation = st.navigation(
             icon=":material/share:",
             url_path="gossip",
         ),
-    ]
+    ],
+    position="sidebar" if signed_in else "hidden",
 )
+if not signed_in:
+    st.stop()
 sidebar_settings(database_url())
+login.sign_out_button()
 navigation.run()

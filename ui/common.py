@@ -22,6 +22,7 @@ import pandas as pd
 import streamlit as st
 from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url, ledger, status
 from fedplat.ui.clients import CLIENT_COLUMNS, clients_frame
+from fedplat.ui.markup import clean, code, plain
 from sqlalchemy.engine import make_url
 
 from fedplat.store import (
@@ -111,30 +112,36 @@ def store_or_stop() -> str:
     try:
         path = _sqlite_file(url)
     except Exception as exc:
-        st.error(f"Cannot parse the database URL {url!r}: {exc}")
+        # Neither the URL nor the parser's message (which quotes it): a URL that
+        # does not parse may still hold a password.
+        st.error(
+            f"Cannot parse the database URL ({plain(type(exc).__name__)}); check "
+            f"`fedplat monitor --db` or `{DB_ENV}`."
+        )
         st.stop()
     if path is not None and not path.exists():
         st.error(
-            f"No database at `{path}`. The coordinator creates it when it starts; "
-            "check the path given to `fedplat monitor --db`."
+            f"No database at {code(path)}. The coordinator creates it when it "
+            "starts; check the path given to `fedplat monitor --db`."
         )
         st.stop()
+    shown = code(display_url(url))
     try:
         at = open_store(url).schema_revision()
     except StoreError as exc:
-        st.error(f"Cannot open the store at `{display_url(url)}`: {exc}")
+        st.error(f"Cannot open the store at {shown}: {plain(exc)}")
         st.stop()
     if at is None:
         st.warning(
-            f"The database at `{display_url(url)}` has no fedplat tables yet. "
+            f"The database at {shown} has no fedplat tables yet. "
             "They are created when a coordinator first starts on it."
         )
         st.stop()
     want = head_revision()
     if at != want:
         st.warning(
-            f"The database at `{display_url(url)}` is at schema revision `{at}`; "
-            f"this monitor reads revision `{want}`. A coordinator of this fedplat "
+            f"The database at {shown} is at schema revision {code(at)}; "
+            f"this monitor reads revision {code(want)}. A coordinator of this fedplat "
             "version upgrades it when it opens it (`fedplat.store.migrate`); the "
             "monitor never changes the schema."
         )
@@ -294,7 +301,8 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
         # Names only: the sidebar is drawn when the page loads, not on the live
         # panel's refreshes, so a state here would go stale and contradict the
         # run's header ("running" beside "interrupted").
-        return str(by_id.loc[run_id, "name"])
+        # Select box options are drawn as text, not Markdown.
+        return clean(by_id.loc[run_id, "name"])
 
     choice = st.sidebar.selectbox(label, ids, index=index, format_func=_label)
     run_id = str(choice)
@@ -345,9 +353,15 @@ def run_badge(view: status.RunView) -> str:
     return status.badge(view.state, view.label)
 
 
+def run_title(name: str, view: status.RunView) -> None:
+    """A run page's title line: the run's name (as stored) and its state."""
+    st.markdown(f"## {code(name)} {run_badge(view)}")
+
+
 def fail_softly(exc: StoreError) -> None:
-    """Show a store error (e.g. the database went away) instead of a traceback."""
-    st.error(f"Could not read the store: {exc}")
+    """Show a store error (e.g. the database went away) instead of a traceback;
+    its message can quote stored text, so it is escaped."""
+    st.error(f"Could not read the store: {plain(exc)}")
 
 
 __all__ = [
@@ -376,6 +390,7 @@ __all__ = [
     "pick_run",
     "refresh_every",
     "run_badge",
+    "run_title",
     "show",
     "sidebar_settings",
     "store_or_stop",

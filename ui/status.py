@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+from fedplat.ui.markup import plain
+
 from fedplat.store import HEARTBEAT_SECONDS, ClientRecord, RunRecord
 
 RunState = Literal[
@@ -72,7 +74,8 @@ STATE_COLORS: dict[str, str] = {
 }
 
 
-def _section(config: dict[str, Any], name: str) -> dict[str, Any]:
+def config_section(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """The table ``name`` of a run config (empty if absent or not a table)."""
     section = config.get(name)
     return section if isinstance(section, dict) else {}
 
@@ -85,7 +88,7 @@ def _positive(value: object) -> float | None:
 
 def liveness_seconds(run: RunRecord) -> float:
     """The run's liveness window (``deadlines.liveness_seconds``)."""
-    found = _positive(_section(run.config, "deadlines").get("liveness_seconds"))
+    found = _positive(config_section(run.config, "deadlines").get("liveness_seconds"))
     return found if found is not None else DEFAULT_LIVENESS_SECONDS
 
 
@@ -132,10 +135,10 @@ class RunView:
 
 def _waiting(run: RunRecord) -> tuple[str, str]:
     cfg = run.config
-    need = _section(cfg, "selection").get("min_available")
+    need = config_section(cfg, "selection").get("min_available")
     live = run.live_clients if run.live_clients is not None else "?"
     label = f"waiting for clients: {live}/{need if need is not None else '?'}"
-    wait = _positive(_section(cfg, "deadlines").get("wait_for_clients_seconds"))
+    wait = _positive(config_section(cfg, "deadlines").get("wait_for_clients_seconds"))
     if wait is None:
         detail = (
             "The coordinator waits for enough live clients before it opens a round; "
@@ -231,8 +234,9 @@ def client_state(client: ClientRecord, run: RunView) -> ClientState:
 
 
 def badge(state: str, label: str | None = None) -> str:
-    """Streamlit markdown badge of a run or client state."""
-    return f":{STATE_COLORS.get(state, 'gray')}-badge[{label or state}]"
+    """Streamlit markdown badge of a run or client state. The label is escaped:
+    it can carry the coordinator's phase, read from the store."""
+    return f":{STATE_COLORS.get(state, 'gray')}-badge[{plain(label or state)}]"
 
 
 __all__ = [
@@ -248,6 +252,7 @@ __all__ = [
     "ago",
     "badge",
     "client_state",
+    "config_section",
     "liveness_seconds",
     "run_view",
     "span",

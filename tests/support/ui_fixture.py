@@ -17,6 +17,8 @@ says what they assume and holds every store invariant.
 from __future__ import annotations
 
 import hashlib
+import re
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,21 @@ from fedplat.store import (
     Store,
     Verdict,
 )
+from tests.support.configs import free_port
+from tests.support.procs import Procs, wait_for
 from tests.support.store import deadline, play_round
+
+# A code span as fedplat.ui.markup.code writes it, or one backslash escape.
+_SHOWN = re.compile(r"(`+) (.*?) \1|\\([!-/:-@\[-`{-~])")
+
+
+def shown(markdown: str) -> str:
+    """The text a reader sees of the monitor's Markdown, near enough for
+    asserts: code spans and backslash escapes resolved, word joiners dropped;
+    emphasis markers and badges are left as written."""
+    text = _SHOWN.sub(lambda m: m.group(2) if m.group(1) else m.group(3), markdown)
+    return text.replace("\u2060", "")
+
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
 WAITING_CLIENTS = ["w0", "w1", "w2"]
@@ -413,3 +429,24 @@ def build_fixture_db(path: Path) -> dict[str, str]:
 def build_empty_db(path: Path) -> None:
     """A migrated database with no runs."""
     Store(str(path)).close()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def serve_monitor(procs: Procs, db: Path, *extra: str) -> str:
+    """``fedplat monitor --db db *extra`` on a free port (refreshing every
+    second); returns its base URL once it answers."""
+    port = free_port()
+    argv = ["-m", "fedplat.cli", "monitor", "--db", str(db), "--port", str(port)]
+    procs.start("monitor", [*argv, "--refresh", "1", *extra])
+    base = f"http://127.0.0.1:{port}"
+    wait_for(
+        lambda: _healthy(f"{base}/_stcore/health"), 180, "the monitor", procs=procs
+    )
+    return base

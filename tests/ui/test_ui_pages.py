@@ -26,6 +26,7 @@ from tests.support.ui_fixture import (
     build_empty_db,
     build_fixture_db,
     keep_alive,
+    shown,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,7 +107,8 @@ def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
 
 
 def texts(elements: Any) -> str:
-    return "\n".join(str(e.value) for e in elements)
+    """The elements' Markdown as a reader sees it (client text is escaped)."""
+    return "\n".join(shown(str(e.value)) for e in elements)
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -296,7 +298,7 @@ def test_run_page_pending_run(db: dict[str, str]) -> None:
 
 def test_run_page_open_round_shows_the_heartbeat(db: dict[str, str]) -> None:
     at = open_page("run", db["digits-live"])
-    progress = at.get("progress")[0].proto.text
+    progress = shown(at.get("progress")[0].proto.text)
     assert "round 2 in progress (training, 3 clients live)" in progress
     # Nothing of round 2 is recorded before it closes: round 1 is the last word.
     assert metrics(at)["Participants (last closed round)"] == "3 / 3"
@@ -530,8 +532,8 @@ def test_a_database_at_an_older_revision_is_named_not_read(
     monkeypatch.setenv(DB_ENV, str(path))
     at = open_page(page)
     warning = texts(at.warning)
-    assert "schema revision `0002`" in warning
-    assert f"reads revision `{head_revision()}`" in warning
+    assert "schema revision 0002;" in warning
+    assert f"reads revision {head_revision()}." in warning
     assert not at.error and not at.dataframe
     with Store(str(path), migrate=False) as store:
         assert store.schema_revision() == "0002"  # the monitor migrated nothing

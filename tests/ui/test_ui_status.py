@@ -185,8 +185,12 @@ def test_ago_and_span() -> None:
 
 def test_badges_colour_states() -> None:
     assert status.badge("lost") == ":red-badge[lost]"
+    # The label is escaped: it can carry the coordinator's phase.
     assert status.badge("waiting", "waiting for clients: 3/8") == (
-        ":orange-badge[waiting for clients: 3/8]"
+        ":orange-badge[waiting for clients\\: 3\\/8]"
+    )
+    assert status.badge("running", "running (x](http://e.example))") == (
+        ":blue-badge[running \\(x\\]\\(http\\:\u2060\\/\\/e\\.example\\)\\)]"
     )
     assert set(status.STATE_COLORS) >= set(status.RUN_STATES) | (
         set(status.CLIENT_STATES) - {"interrupted"}

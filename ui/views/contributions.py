@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 from fedplat.ui import charts, common, data
+from fedplat.ui.markup import code, plain
 
 from fedplat.store import StoreError
 
@@ -12,25 +13,26 @@ from fedplat.store import StoreError
 def _ledger(url: str, run_id: str) -> None:
     st.subheader("Ledger")
     check, entries = common.load_ledger(url, run_id)
+    message = plain(check.message)
     if check.state == "verified":
-        st.success(f"Ledger verified: {check.message}.", icon=":material/verified:")
+        st.success(f"Ledger verified: {message}.", icon=":material/verified:")
     elif check.state == "broken":
         bad = check.first_bad_seq
         where = f" First bad entry: **seq {bad}**." if bad is not None else ""
         st.error(
-            f"Ledger verification FAILED: {check.message}.{where}",
+            f"Ledger verification FAILED: {message}.{where}",
             icon=":material/gpp_bad:",
         )
         for p in check.problems:
             st.markdown(
-                f"- `{p.kind}`"
+                f"- {code(p.kind)}"
                 + (f" (seq {p.seq})" if p.seq is not None else "")
-                + f": {p.message}"
+                + f": {plain(p.message)}"
             )
     elif check.state == "empty":
-        st.info(check.message, icon=":material/table_view:")
+        st.info(message, icon=":material/table_view:")
     else:
-        st.warning(check.message)
+        st.warning(message)
     if entries.empty:
         return
 

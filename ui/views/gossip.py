@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 from fedplat.ui import charts, common, data, graph
+from fedplat.ui.markup import plain
 
 from fedplat.store import MetricRecord, RunRecord, StoreError
 
@@ -81,7 +82,8 @@ def _nodes(
         )
     st.markdown("**Graph changes so far**")
     if state.changes:
-        st.markdown("\n".join(f"- {c}" for c in state.changes))
+        # Each line quotes an event's message: the peers' own words.
+        st.markdown("\n".join(f"- {plain(c)}" for c in state.changes))
     else:
         st.caption("None: the graph is intact.")
 
@@ -93,9 +95,9 @@ def _body(url: str, run_id: str) -> None:
         return
     view = common.load_run_view(url, run_id)
     if view is not None:
-        st.markdown(f"## {run.name} {common.run_badge(view)}")
+        common.run_title(run.name, view)
         if view.detail:
-            st.caption(view.detail)
+            st.caption(plain(view.detail))
     topo = graph.gossip_topology(run)
     if topo is None:
         st.warning(

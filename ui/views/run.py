@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 from fedplat.ui import charts, common, data, status
+from fedplat.ui.markup import code, plain
 
 from fedplat.store import MetricRecord, RunRecord, StoreError
 from fedplat.summary import FLAGGED_VERDICTS, RunSummary, export_command, format_bytes
@@ -20,33 +21,34 @@ FULL_SCALE_KEY = "fedplat_accuracy_full_scale"
 
 def _describe(run: RunRecord) -> str:
     cfg = run.config
-    model = cfg.get("model", {})
-    dataset = cfg.get("data", {})
+    model = status.config_section(cfg, "model")
+    dataset = status.config_section(cfg, "data")
     return (
-        f"run id `{run.id}` · aggregator "
-        f"`{cfg.get('aggregator', {}).get('name', 'fedavg')}` · "
-        f"model `{model.get('factory') or model.get('name', '?')}` · "
-        f"evaluation data `{dataset.get('eval') or dataset.get('dataset', '?')}`"
+        f"run id {code(run.id)} · aggregator "
+        f"{code(status.config_section(cfg, 'aggregator').get('name', 'fedavg'))} · "
+        f"model {code(model.get('factory') or model.get('name', '?'))} · "
+        f"evaluation data {code(dataset.get('eval') or dataset.get('dataset', '?'))}"
     )
 
 
 def _header(run: RunRecord, view: status.RunView, rounds_open: bool) -> None:
-    st.markdown(f"## {run.name} {common.run_badge(view)}")
+    common.run_title(run.name, view)
     st.caption(_describe(run))
+    detail = plain(view.detail or "")
     if view.state == "failed":
-        st.error(f"The run failed: {view.detail}")
+        st.error(f"The run failed: {detail}")
     elif view.state == "interrupted":
-        st.warning(f"**Interrupted.** {view.detail}", icon=":material/pause_circle:")
+        st.warning(f"**Interrupted.** {detail}", icon=":material/pause_circle:")
     elif view.state == "waiting":
         st.warning(
-            f"**{view.label.capitalize()}.** {view.detail}",
+            f"**{plain(view.label.capitalize())}.** {detail}",
             icon=":material/hourglass_top:",
         )
     elif view.state == "completed" and run.reason:
         # e.g. a privacy budget that allowed no further round
-        st.info(f"The run stopped early: {run.reason}")
+        st.info(f"The run stopped early: {plain(run.reason)}")
     elif view.detail:
-        st.caption(view.detail)
+        st.caption(detail)
     done = run.current_round / run.total_rounds if run.total_rounds else 0.0
     label = f"round {run.current_round} of {run.total_rounds} completed"
     if rounds_open and view.state == "running":
@@ -58,7 +60,7 @@ def _header(run: RunRecord, view: status.RunView, rounds_open: bool) -> None:
             live.append(f"{run.live_clients} clients live")
         if live:
             label += f" ({', '.join(live)})"
-    st.progress(min(max(done, 0.0), 1.0), text=label)
+    st.progress(min(max(done, 0.0), 1.0), text=plain(label))
 
 
 def _liveness(clients: pd.DataFrame) -> None:
@@ -77,7 +79,8 @@ def _liveness(clients: pd.DataFrame) -> None:
         st.warning(
             "Lost (silent for longer than the liveness window): "
             + ", ".join(
-                f"**{row.name}** (last seen {row.seen})" for row in lost.itertuples()
+                f"**{code(row.name)}** (last seen {plain(row.seen)})"
+                for row in lost.itertuples()
             ),
             icon=":material/signal_disconnected:",
         )
@@ -123,7 +126,7 @@ def _summary(summary: RunSummary, view: status.RunView, url: str) -> None:
             st.markdown(
                 "**Flagged clients:** "
                 + ", ".join(
-                    f"{f.name} ({'/'.join(f.verdicts)}, {f.rounds} "
+                    f"{code(f.name)} ({plain('/'.join(f.verdicts))}, {f.rounds} "
                     f"round{'s' if f.rounds != 1 else ''})"
                     for f in summary.flagged
                 )
@@ -131,14 +134,14 @@ def _summary(summary: RunSummary, view: status.RunView, url: str) -> None:
         else:
             st.markdown("**Flagged clients:** none")
         ledger = summary.ledger
-        line = f"**Ledger:** {ledger.state}: {ledger.message}"
+        line = f"**Ledger:** {plain(ledger.state)}: {plain(ledger.message)}"
         if ledger.state == "broken":
             st.error(line)
         else:
             st.markdown(line)
         if summary.model_path is not None:
             st.markdown(
-                f"**Model** (round {summary.final_round}): `{summary.model_path}`"
+                f"**Model** (round {summary.final_round}): {code(summary.model_path)}"
             )
             command = export_command(summary, common.display_url(url))
             if command:
