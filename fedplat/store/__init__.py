@@ -7,6 +7,7 @@ with ``Store(url, migrate=False)`` and only reads. The schema is versioned with
 Alembic (:func:`migrate`).
 """
 
+from fedplat.store.events import event_problem, metrics_problem
 from fedplat.store.records import (
     ClientRecord,
     ContributionRecord,
@@ -27,6 +28,7 @@ from fedplat.store.records import (
     Verdict,
 )
 from fedplat.store.repository import Store, StoreError
+from fedplat.store.rounds import participation_problem
 from fedplat.store.runs import HEARTBEAT_SECONDS
 from fedplat.store.schema import current_revision, downgrade, head_revision, migrate
 from fedplat.store.statuses import (
@@ -75,6 +77,9 @@ __all__ = [
     "Verdict",
     "current_revision",
     "downgrade",
+    "event_problem",
     "head_revision",
+    "metrics_problem",
     "migrate",
+    "participation_problem",
 ]

@@ -70,6 +70,44 @@ def _check_token(row: EnrolmentToken | None, run_name: str, now: datetime) -> No
         raise TokenError(f"enrolment token {row.id} is for another run")
 
 
+def _client_values(
+    client_id: str,
+    *,
+    name: str,
+    num_examples: int,
+    info: dict[str, Any] | None,
+    status: str,
+    public_key: str | None,
+    cert_fingerprint: str | None,
+    max_examples: int | None,
+    token_id: str | None,
+) -> dict[str, Any]:
+    """A client row's values, checked against the schema (StoreError)."""
+    _text("client_id", client_id, _ID_MAX)
+    _text("name", name, _NAME_MAX)
+    _count("num_examples", num_examples)
+    _choice("status", status, CLIENT_STATUSES)
+    for field, value in (
+        ("public_key", public_key),
+        ("cert_fingerprint", cert_fingerprint),
+    ):
+        if value is not None:
+            _sha_hex(field, value)
+    if max_examples is not None:
+        _count("max_examples", max_examples, minimum=1)
+    return {
+        "client_id": client_id,
+        "name": name,
+        "num_examples": num_examples,
+        "info_json": None if info is None else _encode("info", info),
+        "status": status,
+        "public_key": public_key,
+        "cert_fingerprint": cert_fingerprint,
+        "max_examples": max_examples,
+        "token_id": token_id,
+    }
+
+
 class ClientsStore(StoreBase):
     """Clients enrolled in runs."""
 
@@ -94,50 +132,94 @@ class ClientsStore(StoreBase):
         and the identity fields unless given, are kept. A public key or
         certificate already registered to another client of the run is refused.
         """
-        _text("client_id", client_id, _ID_MAX)
-        _text("name", name, _NAME_MAX)
-        _count("num_examples", num_examples)
-        _choice("status", status, CLIENT_STATUSES)
-        for field, value in (
-            ("public_key", public_key),
-            ("cert_fingerprint", cert_fingerprint),
-        ):
-            if value is not None:
-                _sha_hex(field, value)
-        if max_examples is not None:
-            _count("max_examples", max_examples, minimum=1)
-        info_json = None if info is None else _encode("info", info)
+        values = _client_values(
+            client_id,
+            name=name,
+            num_examples=num_examples,
+            info=info,
+            status=status,
+            public_key=public_key,
+            cert_fingerprint=cert_fingerprint,
+            max_examples=max_examples,
+            token_id=token_id,
+        )
+        with self._write() as session:
+            return self._upsert_in(session, run_id, values)
+
+    def enrol_with_token(
+        self,
+        secret: str,
+        *,
+        run_id: str,
+        run_name: str,
+        client_id: str,
+        name: str,
+        num_examples: int,
+        info: dict[str, Any] | None = None,
+        public_key: str | None = None,
+    ) -> ClientRecord:
+        """Spend an enrolment token and enrol ``client_id`` with it, in one
+        transaction: a client the store refuses (a key registered to another
+        client, a value out of range) leaves the token unused. The token's
+        ``max_examples`` becomes the client's cap."""
+        _check_prefix(secret)
+        values = _client_values(
+            client_id,
+            name=name,
+            num_examples=num_examples,
+            info=info,
+            status="active",
+            public_key=public_key,
+            cert_fingerprint=None,
+            max_examples=None,
+            token_id=None,
+        )
         now = _now()
         with self._write() as session:
-            self._require_run(session, run_id)
-            self._check_identity_free(
-                session, run_id, client_id, public_key, cert_fingerprint
+            row = session.scalar(
+                select(EnrolmentToken)
+                .where(EnrolmentToken.token_hash == token_hash(secret))
+                .with_for_update()
             )
-            row = session.get(Client, (run_id, client_id))
-            if row is None:
-                row = Client(
-                    run_id=run_id,
-                    id=client_id,
-                    enrolled_at=now,
-                    info_json=info_json if info_json is not None else "{}",
-                )
-                session.add(row)
-            row.name = name
-            row.num_examples = num_examples
-            row.status = status
-            row.last_seen = now
-            if info_json is not None:
-                row.info_json = info_json
-            if public_key is not None:
-                row.public_key = public_key
-            if cert_fingerprint is not None:
-                row.cert_fingerprint = cert_fingerprint
-            if max_examples is not None:
-                row.max_examples = max_examples
-            if token_id is not None:
-                row.token_id = token_id
-            session.flush()
-            return _client_record(row)
+            _check_token(row, run_name, now)
+            assert row is not None
+            row.used_at = now
+            row.used_run_id = run_id
+            row.used_client_id = client_id
+            values["max_examples"] = row.max_examples
+            values["token_id"] = row.id
+            return self._upsert_in(session, run_id, values)
+
+    def _upsert_in(
+        self, session: Session, run_id: str, v: dict[str, Any]
+    ) -> ClientRecord:
+        client_id = v["client_id"]
+        self._require_run(session, run_id)
+        self._check_identity_free(
+            session, run_id, client_id, v["public_key"], v["cert_fingerprint"]
+        )
+        row = session.get(Client, (run_id, client_id))
+        now = _now()
+        if row is None:
+            row = Client(
+                run_id=run_id,
+                id=client_id,
+                enrolled_at=now,
+                info_json=v["info_json"] if v["info_json"] is not None else "{}",
+            )
+            session.add(row)
+        row.name = v["name"]
+        row.num_examples = v["num_examples"]
+        row.status = v["status"]
+        row.last_seen = now
+        for key in ("info_json", "public_key", "cert_fingerprint"):
+            if v[key] is not None:
+                setattr(row, key, v[key])
+        for key in ("max_examples", "token_id"):
+            if v[key] is not None:
+                setattr(row, key, v[key])
+        session.flush()
+        return _client_record(row)
 
     @staticmethod
     def _check_identity_free(

@@ -104,6 +104,26 @@ def event_rows(run_id: str | None, events: Sequence[EventRow]) -> list[dict[str,
     return rows
 
 
+def event_problem(e: EventRow) -> str | None:
+    """Why the store would refuse event ``e``, or None."""
+    try:
+        event_rows(None, [e])
+    except StoreError as exc:
+        return str(exc)
+    return None
+
+
+def metrics_problem(
+    values: Mapping[str, float], client_id: str | None = None
+) -> str | None:
+    """Why the store would refuse these named scalars, or None."""
+    try:
+        metric_rows("-", values, None, client_id)
+    except StoreError as exc:
+        return str(exc)
+    return None
+
+
 class EventsStore(StoreBase):
     """Metrics and events."""
 

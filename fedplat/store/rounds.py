@@ -51,6 +51,7 @@ from fedplat.store.validate import (
     _ID_MAX,
     _KIND_MAX,
     _SHA256_HEX_LEN,
+    INT64_MAX,
     StoreError,
     _aware,
     _choice,
@@ -83,8 +84,8 @@ def _participation_values(
         "round_number": number,
         "client_id": _text(f"{f} client_id", p.client_id, _ID_MAX),
         "status": _choice(f"{f} status", p.status, PARTICIPATION_STATUSES),
-        "bytes_up": _count(f"{f} bytes_up", p.bytes_up),
-        "bytes_down": _count(f"{f} bytes_down", p.bytes_down),
+        "bytes_up": _count(f"{f} bytes_up", p.bytes_up, maximum=INT64_MAX),
+        "bytes_down": _count(f"{f} bytes_down", p.bytes_down, maximum=INT64_MAX),
         "num_examples": _count(f"{f} num_examples", p.num_examples),
         "duration_s": _opt_finite(f"{f} duration_s", p.duration_s, nonneg=True),
         "train_loss": _opt_finite(f"{f} train_loss", p.train_loss),
@@ -95,6 +96,17 @@ def _participation_values(
         "reason": _opt_text(f"{f} reason", p.reason),
         "updated_at": now,
     }
+
+
+def participation_problem(p: ParticipationRow) -> str | None:
+    """Why the store would refuse ``p`` (a value out of its column's range, a
+    bad status or flag), or None: a writer can drop one client's record instead
+    of failing the round's transaction."""
+    try:
+        _participation_values("-", 1, p, _now())
+    except StoreError as exc:
+        return str(exc)
+    return None
 
 
 def _contribution_values(

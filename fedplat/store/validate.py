@@ -59,12 +59,22 @@ def _opt_text(field: str, value: object) -> str | None:
     return value
 
 
-def _count(field: str, value: object, *, minimum: int = 0) -> int:
+#: The widest values of the schema's INTEGER and BIGINT columns (PostgreSQL's
+#: int4 and int8; SQLite would store more, so the bound is checked here).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _count(
+    field: str, value: object, *, minimum: int = 0, maximum: int = INT32_MAX
+) -> int:
     # bool is an int subclass; True as a byte count is always a caller bug.
     if isinstance(value, bool) or not isinstance(value, int):
         raise StoreError(f"{field} must be an integer, got {value!r}")
     if value < minimum:
         raise StoreError(f"{field} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise StoreError(f"{field} must be <= {maximum}, got {value}")
     return value
 
 

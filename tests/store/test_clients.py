@@ -348,3 +348,47 @@ def test_racing_enrolments_with_one_token_one_wins(store: Store) -> None:
     assert all(isinstance(e, TokenError) and "already used" in str(e) for e in errors)
     [record] = store.list_tokens()
     assert record.used_client_id == f"c{won[0]}"
+
+
+def test_counts_wider_than_the_columns_are_refused(store: Store) -> None:
+    """PostgreSQL's INTEGER is int4: the store refuses what it would overflow,
+    the same way on every backend (a StoreError, not a failed transaction)."""
+    run = store.create_run("r", {}, {}, 2)
+    store.upsert_client(run.id, "c1", name="a", num_examples=2**31 - 1)
+    with pytest.raises(StoreError, match="num_examples must be <= 2147483647"):
+        store.upsert_client(run.id, "c2", name="b", num_examples=2**31)
+    assert store.get_client(run.id, "c2") is None
+
+
+def test_a_client_the_store_refuses_does_not_spend_its_token(store: Store) -> None:
+    run = store.create_run("r", {}, {}, 2)
+    expires = datetime.now(UTC) + timedelta(hours=1)
+    (_, secret), (_, other) = store.create_tokens(2, expires_at=expires, max_examples=7)
+    key, key2 = public_key(), public_key()
+    first = store.enrol_with_token(
+        secret, run_id=run.id, run_name="r", client_id="c1", name="a",
+        num_examples=5, public_key=key,
+    )  # fmt: skip
+    assert (first.max_examples, first.status) == (7, "active")
+    # The same key for another client: refused, and the token stays unused.
+    with pytest.raises(StoreError, match="public key"):
+        store.enrol_with_token(
+            other, run_id=run.id, run_name="r", client_id="c2", name="b",
+            num_examples=5, public_key=key,
+        )  # fmt: skip
+    with pytest.raises(StoreError, match="num_examples"):
+        store.enrol_with_token(
+            other, run_id=run.id, run_name="r", client_id="c2", name="b",
+            num_examples=2**31, public_key=key2,
+        )  # fmt: skip
+    assert store.token_problem(other, run_name="r") is None
+    second = store.enrol_with_token(
+        other, run_id=run.id, run_name="r", client_id="c2", name="b",
+        num_examples=5, public_key=key2,
+    )  # fmt: skip
+    assert second.token_id is not None
+    with pytest.raises(TokenError, match="already used"):
+        store.enrol_with_token(
+            other, run_id=run.id, run_name="r", client_id="c3", name="c",
+            num_examples=5, public_key=public_key(),
+        )  # fmt: skip
