@@ -58,8 +58,11 @@ OUTCOME_OF_STATUS: dict[str, str] = {
 #: Verdicts that single a client out (the summary's "flagged clients").
 FLAGGED_VERDICTS = ("flagged", "excluded", "suspect")
 #: Flags every update may get as a matter of course, not a judgement on the
-#: client: central DP clips each update to the clipping norm.
-ROUTINE_FLAGS = ("dp-clipped",)
+#: client: central DP clips each update to the clipping norm; the weight cap
+#: (k x the round's median declared count) binds honest clients with much more
+#: data than the others. A norm-bounded update (k x the median norm) is unusual
+#: and stays flagged.
+ROUTINE_FLAGS = ("dp-clipped", "weight-capped")
 
 
 def verdict(

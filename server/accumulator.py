@@ -20,23 +20,40 @@ clients' sketches ``[b]`` (the intake keeps each payload's sketch values instead
 of de-sketching it): the sketch is linear, so the sum of sketches is the sketch
 of the sum, de-sketched once when the round closes (and noised before that under
 central DP).
+
+Both kinds apply the round's norm bound (:mod:`fedplat.server.bounds`), each
+update ``u_i`` scaled by ``min(1, B / ||u_i||)``: :class:`RowStack` at
+:meth:`RowStack.take`, from the exact median of the round's norms;
+:class:`RunningSum` as each row is added (``sum += w_i s_i u_i``, the weight
+``w_i`` unchanged: the update is clipped, not re-weighted), from the previous
+round's norms or a held prefix, whose rows wait in their scratch buffers until
+the prefix is complete or :meth:`RunningSum.settle` releases it at close.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+from fedplat.server.bounds import Bounded, RoundBounds, exact_bound
 
 
 @dataclass(frozen=True)
 class Accepted:
-    """One accepted update's place in the round."""
+    """One accepted update's place in the round, and what the bounds did to it."""
 
     client_id: str
     row: int  # the client's index among the round's selected clients
-    weight: float
+    weight: float  # its averaging weight, after every cap
+    norm: float | None = None  # L2 norm of the update (or sketch) as received
+    scale: float = 1.0  # min(1, bound / norm): 1 unless norm-bounded
+    bound: float | None = None  # the norm bound it was held to (None: none)
+    weight_capped: bool = False  # a cap lowered its declared example count
+
+    @property
+    def norm_bounded(self) -> bool:
+        return self.scale < 1.0
 
 
 class RowStack:
@@ -48,8 +65,9 @@ class RowStack:
     def check_upload(self) -> None:
         """Raise ``PayloadError`` if this round takes no uploads."""
 
-    def __init__(self, n: int, d: int) -> None:
+    def __init__(self, n: int, d: int, bounds: RoundBounds | None = None) -> None:
         self.n, self.d = n, d
+        self.bounds = bounds or RoundBounds()
         self._buf: torch.Tensor | None = None
         self._accepted: dict[int, Accepted] = {}
         self._lock = threading.Lock()
@@ -75,7 +93,7 @@ class RowStack:
     def take(self) -> tuple[torch.Tensor, list[Accepted]]:
         """The accepted rows, in row order, as a ``[k, d]`` view (compacted in
         place: row ``j`` moves up to ``i <= j``, so no row is overwritten before
-        it has moved)."""
+        it has moved), norm-bounded in place."""
         accepted = self.accepted()
         assert self._buf is not None or not accepted
         if not accepted:
@@ -85,7 +103,19 @@ class RowStack:
         for i, acc in enumerate(accepted):
             if acc.row != i:
                 buf[i].copy_(buf[acc.row])
-        return buf[: len(accepted)], accepted
+        stack = buf[: len(accepted)]
+        spec = self.bounds.norm
+        if spec is not None:
+            norms = [a.norm if a.norm is not None else 0.0 for a in accepted]
+            scales, bound = exact_bound(norms, spec)
+            for i, s in enumerate(scales):
+                if s < 1.0:
+                    stack[i].mul_(s)
+            accepted = [
+                replace(a, scale=s, bound=bound)
+                for a, s in zip(accepted, scales, strict=True)
+            ]
+        return stack, accepted
 
     def free(self) -> None:
         self._buf = None
@@ -100,14 +130,23 @@ class RunningSum:
     def check_upload(self) -> None:
         """Raise ``PayloadError`` if this round takes no uploads."""
 
-    def __init__(self, d: int, *, weighted: bool = True) -> None:
+    def __init__(
+        self,
+        d: int,
+        *,
+        weighted: bool = True,
+        bounds: RoundBounds | None = None,
+        selected: int = 1,
+    ) -> None:
         self.d = d
         self.weighted = weighted
+        self.bounds = bounds or RoundBounds()
         self.sum: torch.Tensor | None = None
         self.total_weight = 0.0
         self._pool: list[torch.Tensor] = []
         self._accepted: dict[int, Accepted] = {}
         self._lock = threading.Lock()
+        self._bound = self.bounds.streaming(selected)
 
     def acquire(self, row: int) -> torch.Tensor:
         with self._lock:
@@ -120,14 +159,34 @@ class RunningSum:
             self._pool.append(buffer)
 
     def commit(self, acc: Accepted, buffer: torch.Tensor) -> None:
+        """Add ``w s u`` (``buffer`` holds ``u``), or hold it in the prefix."""
         with self._lock:
-            if self.sum is None:
-                self.sum = torch.zeros(self.d, dtype=torch.float32)
-            w = acc.weight if self.weighted else 1.0
-            self.sum.add_(buffer, alpha=w)
-            self.total_weight += w
-            self._accepted[acc.row] = acc
-            self._pool.append(buffer)
+            if self._bound is None:
+                self._add(acc, buffer)
+                return
+            norm = acc.norm if acc.norm is not None else 0.0
+            for b in self._bound.offer(norm, (acc, buffer)):
+                self._add_bounded(b)
+
+    def settle(self) -> None:
+        """Add the rows still held in the prefix (the round is closing)."""
+        with self._lock:
+            if self._bound is not None:
+                for b in self._bound.flush():
+                    self._add_bounded(b)
+
+    def _add_bounded(self, b: Bounded[tuple[Accepted, torch.Tensor]]) -> None:
+        acc, buffer = b.item
+        self._add(replace(acc, scale=b.scale, bound=b.bound), buffer)
+
+    def _add(self, acc: Accepted, buffer: torch.Tensor) -> None:
+        if self.sum is None:
+            self.sum = torch.zeros(self.d, dtype=torch.float32)
+        w = acc.weight if self.weighted else 1.0
+        self.sum.add_(buffer, alpha=w * acc.scale)
+        self.total_weight += w
+        self._accepted[acc.row] = acc
+        self._pool.append(buffer)
 
     def accepted(self) -> list[Accepted]:
         with self._lock:
@@ -136,6 +195,7 @@ class RunningSum:
     def free(self) -> None:
         self.sum = None
         self._pool.clear()
+        self._bound = None
 
 
 class SketchSum(RunningSum):

@@ -10,6 +10,12 @@ divided by ``q N``, de-sketched after; the release is accounted when the round i
 written. It returns the new weights, the aggregate, and one typed
 :class:`~fedplat.store.Verdict` per accepted client. Central DP clipping already
 happened per row at intake (:meth:`fedplat.uplink.server.UplinkPlan.clip_row`).
+
+The round's bounds (:mod:`fedplat.server.bounds`) were applied by the
+accumulator; here they become each client's verdict: ``"norm-bounded"`` (the
+update was scaled down; with no score of the rule's own, ``score`` is the
+update's norm as received) and ``"weight-capped"`` (a cap lowered its declared
+example count), beside ``"dp-clipped"`` and the rule's own flags.
 """
 
 from __future__ import annotations
@@ -54,6 +60,21 @@ def needs_rows(aggregator: Aggregator, has_pre: bool, contribution: bool) -> boo
     return aggregator.name != "fedavg" or has_pre or contribution
 
 
+def _flags(a: Accepted, clipped: set[str]) -> tuple[str, ...]:
+    """The server's own flags on one accepted update (after the rule's)."""
+    return (
+        *(("dp-clipped",) if a.client_id in clipped else ()),
+        *(("norm-bounded",) if a.norm_bounded else ()),
+        *(("weight-capped",) if a.weight_capped else ()),
+    )
+
+
+def _verdict(a: Accepted, weight: float, clipped: set[str]) -> Verdict:
+    """A verdict without a rule's decision (the running sum's)."""
+    score = a.norm if a.bound is not None else None
+    return Verdict(weight, True, score, _flags(a, clipped))
+
+
 def _from_rows(
     acc: RowStack, aggregator: Aggregator, weighted: bool, clipped: set[str]
 ) -> tuple[torch.Tensor, list[Accepted], dict[str, Verdict], StepResult]:
@@ -66,9 +87,10 @@ def _from_rows(
     result = aggregator(stack, weights)
     verdicts = {}
     for d in result.decisions:
-        cid = accepted[d.index].client_id
-        flags = (*d.flags, *(("dp-clipped",) if cid in clipped else ()))
-        verdicts[cid] = Verdict(d.weight, d.selected, d.score, flags)
+        a = accepted[d.index]
+        score = d.score if d.score is not None or a.bound is None else a.norm
+        flags = (*d.flags, *_flags(a, clipped))
+        verdicts[a.client_id] = Verdict(d.weight, d.selected, score, flags)
     partial = StepResult(
         weights=stack.new_empty(0),
         aggregate=result.aggregate,
@@ -84,15 +106,7 @@ def _from_rows(
 def _verdicts(
     accepted: list[Accepted], weight: float, clipped: set[str]
 ) -> dict[str, Verdict]:
-    return {
-        a.client_id: Verdict(
-            weight,
-            True,
-            None,
-            ("dp-clipped",) if a.client_id in clipped else (),
-        )
-        for a in accepted
-    }
+    return {a.client_id: _verdict(a, weight, clipped) for a in accepted}
 
 
 def _from_sum(
@@ -109,7 +123,7 @@ def _from_sum(
         mean = plan.desketch(mean, round_number)
     if acc.weighted:
         verdicts = {
-            a.client_id: Verdict(a.weight / total, True, None, ()) for a in accepted
+            a.client_id: _verdict(a, a.weight / total, clipped) for a in accepted
         }
     else:
         verdicts = _verdicts(accepted, 1.0 / len(accepted), clipped)
@@ -159,6 +173,7 @@ def aggregate_round(
         release, accepted, verdicts = _dp_release(acc, clipped, plan, round_number)
         aggregate = release.mean
     else:
+        acc.settle()  # rows still held for the round's norm bound
         aggregate, accepted, verdicts = _from_sum(acc, clipped, plan, round_number)
     new = optimizer.step(global_weights, aggregate.to(torch.float32), round_number)
     if not all_finite(new):

@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from fedplat.aggregators import FedAvg
 from fedplat.server.aggregation import StepResult
 from fedplat.server.board import RoundState
+from fedplat.server.bounds import reference_extra
 from fedplat.server.checkpoint import Checkpoint, prune_checkpoints, save_checkpoint
 from fedplat.server.context import RunContext
 from fedplat.server.optimizers import ServerOptimizer
@@ -36,6 +38,8 @@ log = logging.getLogger("fedplat.server")
 
 #: Per-client metrics kept per round (names are already bounded by serde).
 MAX_CLIENT_METRICS = 32
+#: Clients named in one round's norm-bound or weight-cap event.
+MAX_BOUND_EVENT_CLIENTS = 20
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,73 @@ def client_metrics(r: RoundState) -> dict[str, dict[str, float]]:
     }
 
 
+def _bound_event(
+    r: RoundState, kind: str, what: str, rows: list[tuple[str, str, dict[str, Any]]]
+) -> EventRow:
+    """One round's event naming the clients a bound acted on: ``rows`` of
+    (client id, text, details), the first :data:`MAX_BOUND_EVENT_CLIENTS`."""
+    names = {a.client_id: a.name for a in r.assignments.values()}
+    shown = rows[:MAX_BOUND_EVENT_CLIENTS]
+    return EventRow(
+        kind,
+        f"round {r.number}: {len(rows)} {what}: "
+        + ", ".join(f"{names[cid]!r} ({text})" for cid, text, _ in shown),
+        "warning",
+        r.number,
+        details={
+            "clients": [
+                {"client_id": cid, "name": names[cid], **d} for cid, _, d in shown
+            ]
+        },
+    )
+
+
+def bound_events(r: RoundState, step: StepResult) -> list[EventRow]:
+    """One event per bound that acted in the round (the verdicts carry the
+    flags; these carry the numbers)."""
+    events = []
+    bounded = [
+        (
+            a.client_id,
+            f"norm {a.norm:.3g}, bound {a.bound:.3g}",
+            {"norm": a.norm, "bound": a.bound, "scale": a.scale},
+        )
+        for a in step.accepted
+        if a.norm_bounded
+    ]
+    if bounded:
+        what = "update(s) scaled down to the norm bound"
+        events.append(_bound_event(r, "norm_bounded", what, bounded))
+    capped = [
+        (
+            a.client_id,
+            f"{r.outcomes[a.client_id].num_examples} -> {a.weight:g}",
+            {"declared": r.outcomes[a.client_id].num_examples, "weight": a.weight},
+        )
+        for a in step.accepted
+        if a.weight_capped
+    ]
+    if capped:
+        what = "weight(s) capped below the declared example count"
+        events.append(_bound_event(r, "weight_capped", what, capped))
+    return events
+
+
+def bound_metrics(r: RoundState, step: StepResult) -> dict[str, float]:
+    """The round's bounds as metrics (only those that were on)."""
+    bounds = r.accumulator.bounds
+    m: dict[str, float] = {}
+    if bounds.norm is not None:
+        used = sorted(a.bound for a in step.accepted if a.bound is not None)
+        m["norm_bound.bounded"] = float(sum(a.norm_bounded for a in step.accepted))
+        if used:
+            m["norm_bound.bound"] = used[(len(used) - 1) // 2]
+    if bounds.weight_cap is not None:
+        m["weight_bound.cap"] = bounds.weight_cap
+        m["weight_bound.capped"] = float(sum(a.weight_capped for a in step.accepted))
+    return m
+
+
 def dropped_events(r: RoundState) -> list[EventRow]:
     return [
         EventRow(
@@ -111,6 +182,11 @@ class RoundCloser:
             accuracy, loss, evaluated = ev.accuracy, ev.loss, ev.as_metrics()
         contribution = self._contribution(r, step, saved)
         privacy = ctx.plan.account(step.release)
+        extra = ctx.plan.state()
+        if r.accumulator.bounds.norm is not None:
+            # The next round's norm-bound reference (sorted: the median needs no
+            # more, and no norm is tied to a client).
+            extra.update(reference_extra(sorted(a.norm or 0.0 for a in step.accepted)))
         path, sha = save_checkpoint(
             cfg.checkpoints.dir,
             Checkpoint(
@@ -121,7 +197,7 @@ class RoundCloser:
                 weights=step.weights,
                 optimizer_state=ctx.optimizer.state_dict(),
                 aggregator_state=ctx.aggregator.state_dict(),
-                extra=ctx.plan.state(),
+                extra=extra,
             ),
         )
         last = r.number >= cfg.run.rounds
@@ -152,6 +228,7 @@ class RoundCloser:
             protect={path, *self._best_checkpoint()},
         )  # fmt: skip
         ctx.state.weights = step.weights
+        ctx.state.extra = extra
         ctx.state.model_version = r.number
         ctx.state.finished = last
         msg = f"round {r.number} completed with {len(step.accepted)} updates"
@@ -175,6 +252,7 @@ class RoundCloser:
             "update_norm": float(step.aggregate.norm()),
             "server_lr": self.ctx.optimizer.lr_at(r.number),
             **privacy,
+            **bound_metrics(r, step),
         }
         if sent > 0:
             # Dense float32 bytes of the same updates over every byte sent.
@@ -199,7 +277,7 @@ class RoundCloser:
         msg = f"round {r.number} completed with {len(step.accepted)} updates"
         if accuracy is not None:
             msg += f"; accuracy {accuracy:.4f}, loss {loss:.4f}"
-        events = dropped_events(r)
+        events = dropped_events(r) + bound_events(r, step)
         if contribution is not None:
             names = {a.client_id: a.name for a in r.assignments.values()}
             events += [

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from fedplat.server.aggregator_section import AggregatorSection
 from pydantic import Field, ValidationError, field_validator, model_validator
-
-if TYPE_CHECKING:
-    from fedplat.aggregators import Aggregator
 
 from fedplat.config import (
     Strict,
@@ -44,7 +42,8 @@ class ConfigError(ValueError):
 class RunSection(Strict):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
     rounds: int = Field(ge=1, le=1_000_000)
-    seed: int = 0
+    # torch.manual_seed takes 0 <= seed < 2**64; the store keeps it in JSON.
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
 
 class ModelSection(Strict):
@@ -239,40 +238,6 @@ class ClientTrainingSection(Strict):
     max_steps: int | None = Field(default=None, ge=1)
 
 
-class PreAggregatorSpec(Strict):
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class AggregatorSection(Strict):
-    name: str = "fedavg"
-    params: dict[str, Any] = Field(default_factory=dict)
-    pre: list[PreAggregatorSpec] = Field(default_factory=list)
-    # Pass example counts as weights to the rule. Default: yes for fedavg, no for
-    # the robust rules (their guarantees assume unweighted rows, and a weight is
-    # a number the client declares).
-    weighted: bool | None = None
-    # The weight of a client is min(declared examples, this cap, the cap its
-    # enrolment token carries): no client can buy influence by declaring more.
-    max_examples_per_client: int = Field(default=100_000, ge=1)
-
-    @property
-    def is_weighted(self) -> bool:
-        return self.name == "fedavg" if self.weighted is None else self.weighted
-
-    def build(self) -> Aggregator:
-        """The rule with its pre-aggregators, as the coordinator runs it (the one
-        place a section becomes an aggregator: the coordinator, the Flower
-        strategy and the benchmarks call this)."""
-        from fedplat.aggregators import build_aggregator
-
-        return build_aggregator(
-            self.name,
-            dict(self.params),
-            [{"name": p.name, "params": dict(p.params)} for p in self.pre],
-        )
-
-
 class ServerOptimizerSection(Strict):
     name: Literal["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"] = "fedavg"
     lr: float = Field(default=1.0, gt=0)
@@ -364,6 +329,37 @@ class ServerSection(Strict):
     # Rows whose L2 norm exceeds this are refused as implausible (finite but
     # huge values would otherwise defeat distance-based rules).
     max_update_norm: float = Field(default=1e6, gt=0)
+    # What any one caller may hold (docs/security.md, "Bounds per caller"). Each
+    # connection costs a file descriptor: the coordinator refuses to start when
+    # the open-file limit cannot cover max_connections plus its own files.
+    max_connections: int = Field(default=2048, ge=8, le=1_000_000)
+    # HTTP/2 streams (calls) one connection may have open at once.
+    max_streams_per_connection: int = Field(default=16, ge=4, le=1024)
+    # Calls in flight in total (long polls included); beyond it gRPC answers
+    # RESOURCE_EXHAUSTED before a handler runs.
+    max_concurrent_rpcs: int = Field(default=8192, ge=16, le=1_000_000)
+    # Calls in flight per enrolled client (a long poll, a download, an upload
+    # and a metrics report or secure-aggregation call).
+    max_calls_per_client: int = Field(default=4, ge=2, le=64)
+    # Challenge/Enroll calls in flight per remote address, and in total: all an
+    # outsider can hold. Devices behind one NAT enrol this many at a time.
+    max_unauthenticated_per_address: int = Field(default=16, ge=1, le=100_000)
+    max_unauthenticated: int = Field(default=256, ge=1, le=1_000_000)
+    # A unary request must arrive whole within this (slow senders are cut).
+    receive_seconds: float = Field(default=10.0, gt=0, le=300)
+    # A TLS/HTTP2 handshake must finish within this.
+    handshake_seconds: float = Field(default=10.0, gt=0, le=300)
+    # A connection with no call in flight for this long is closed (the SDK
+    # reconnects by itself); every connection is closed after max_age (calls in
+    # flight then get connection_grace_seconds to finish).
+    connection_idle_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    connection_max_age_seconds: float = Field(default=3600.0, gt=0, le=30 * 86_400)
+    connection_grace_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    # An upload holding a decoding slot must average at least this many bytes
+    # per second once upload_grace_seconds have passed, so no identity can hold
+    # a slot by trickling (each identity has one upload at a time).
+    min_upload_bytes_per_second: int = Field(default=32 * 1024, ge=0)
+    upload_grace_seconds: float = Field(default=10.0, gt=0, le=3600)
 
     @field_validator("address")
     @classmethod
@@ -376,9 +372,9 @@ class ServerSection(Strict):
     @model_validator(mode="after")
     def _check(self) -> ServerSection:
         if not self.insecure and self.tls is None:
+            # pydantic prefixes the section ("server: ..."), once.
             raise ValueError(
-                "server: set tls.cert/tls.key, or insecure: true to serve "
-                "plaintext gRPC"
+                "set tls.cert/tls.key, or insecure: true to serve plaintext gRPC"
             )
         if self.chunk_bytes > self.max_message_bytes - 64 * 1024:
             raise ValueError(
@@ -403,7 +399,11 @@ class RunConfig(Strict):
     contribution: ContributionSection = ContributionSection()
     store: StoreSection = StoreSection()
     checkpoints: CheckpointSection = CheckpointSection()
-    server: ServerSection = ServerSection(insecure=True)
+    # No server section: TLS is still required to serve (checked when serving,
+    # so simulations need none); plaintext only with server.insecure: true.
+    server: ServerSection = Field(
+        default_factory=lambda: ServerSection.model_construct()
+    )
     admission: AdmissionSection = AdmissionSection()
 
     @property

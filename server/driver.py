@@ -9,7 +9,10 @@ and write the round once (:class:`fedplat.server.recorder.Recorder`); without it
 retry the round with a fresh selection (the round stays open in the store) up to
 ``deadlines.max_round_attempts``, then fail the run with the reason stored.
 
-Round ``r`` trains on model version ``r - 1``; completing it produces version ``r``.
+A round's norm bound and weight cap (:mod:`fedplat.server.bounds`) are fixed when
+it opens, from the last checkpoint's reference norms and the selected clients'
+enrolment counts. Round ``r`` trains on model version ``r - 1``; completing it
+produces version ``r``.
 The same driver runs under the gRPC server (its own thread, :meth:`RoundDriver.run`)
 and in the simulator (step by step, on a virtual clock).
 """
@@ -34,6 +37,7 @@ from fedplat.server.accumulator import (
 )
 from fedplat.server.aggregation import StepResult, aggregate_round, needs_rows
 from fedplat.server.board import Assignment, RoundState, TaskBoard
+from fedplat.server.bounds import RoundBounds, reference_from, round_weight_cap
 from fedplat.server.closing import RoundCloser
 from fedplat.server.context import RunContext
 from fedplat.server.intake import Intake
@@ -147,7 +151,7 @@ class RoundDriver:
         if secagg_config is None and self.p.plan.secure:
             chosen = []  # too few for secure aggregation: the round releases noise
         assignments = self._assignments(chosen, number)
-        acc = self._accumulator(len(chosen))
+        acc = self._accumulator(len(chosen), self._bounds(chosen))
         now = self.clock()
         deadline = now + self.cfg.deadlines.round_seconds
         state = RoundState(
@@ -207,7 +211,22 @@ class RoundDriver:
             for row, c in enumerate(chosen)
         }
 
-    def _accumulator(self, n: int) -> Accumulator:
+    def _bounds(self, chosen: list[ClientState]) -> RoundBounds:
+        """The round's norm bound and weight cap (:mod:`fedplat.server.bounds`):
+        no norm bound under central DP (its clip is the bound) or secure
+        aggregation (no row is seen); the cap from the selected clients'
+        enrolment counts, each capped by its token and the run."""
+        spec = self.cfg.aggregator
+        plan = self.p.plan
+        norm = None if plan.central is not None or plan.secure else spec.norm_bounding
+        declared = [self.registry.weight(c, c.declared_examples) for c in chosen]
+        return RoundBounds(
+            norm,
+            reference_from(self.p.state.extra),
+            round_weight_cap(declared, spec.weight_bounding),
+        )
+
+    def _accumulator(self, n: int, bounds: RoundBounds) -> Accumulator:
         """Where the round's uploads go: masked sums under secure aggregation,
         rows for rules that need them, else a running (sketch) sum."""
         d = self.p.layout.numel
@@ -221,10 +240,10 @@ class RoundDriver:
             bool(self.cfg.aggregator.pre),
             self.p.contribution is not None,
         ):
-            return RowStack(n, d)
-        if plan.sketcher is not None:
-            return SketchSum(plan.sketch_size(), weighted=weighted)
-        return RunningSum(d, weighted=weighted)
+            return RowStack(n, d, bounds)
+        size = plan.sketch_size() if plan.sketcher is not None else d
+        kind = SketchSum if plan.sketcher is not None else RunningSum
+        return kind(size, weighted=weighted, bounds=bounds, selected=n)
 
     def _select(self, live: list[ClientState], number: int) -> list[ClientState]:
         """This attempt's clients, in enrolment order."""

@@ -12,10 +12,12 @@ the key holder's, and its failures are recorded as the client's.
 
 :class:`Upload` then hashes each piece as it arrives and decodes it straight into
 the client's row (:mod:`fedplat.uplink.decode`); :meth:`Upload.finish` checks the
-digest, finiteness and magnitude, clips for central DP and hands the row to the
-round's accumulator. Everything refused becomes a (rate-limited) event; nothing
-touches the store until the round closes. No gRPC here: the same code serves the
-gRPC servicer and the in-memory transport.
+digest, finiteness and magnitude, clips for central DP, caps the weight (the
+token's, the run's and the round's cap, :mod:`fedplat.server.bounds`) and hands
+the row and its norm to the round's accumulator, which bounds the norm.
+Everything refused becomes a (rate-limited) event; nothing touches the store
+until the round closes. No gRPC here: the same code serves the gRPC servicer
+and the in-memory transport.
 """
 
 from __future__ import annotations
@@ -345,10 +347,19 @@ class Upload:
             )
         clipped = self.intake.plan.clip_row(vec, norm)
         intake = self.intake
-        # The averaging weight: the capped example count for a weighted rule,
-        # 1 otherwise (robust rules, central DP's unweighted mean).
+        # The averaging weight: the example count capped by the token, the run
+        # and the round (its weight bound) for a weighted rule; 1 otherwise
+        # (robust rules, central DP's unweighted mean).
         examples = intake.registry.weight(self.client, h.num_examples)
-        weight = examples if intake.cfg.aggregator.is_weighted else 1
+        weighted = intake.cfg.aggregator.is_weighted
+        weight = r.accumulator.bounds.weigh(examples) if weighted else 1.0
+        accepted = Accepted(
+            a.client_id,
+            a.row,
+            weight,
+            norm,
+            weight_capped=weighted and weight < h.num_examples,
+        )
         g = intake.gate(r)
         with intake.board.lock:
             if intake.board.round is not r or g.closed:
@@ -364,7 +375,7 @@ class Upload:
         try:
             # Outside the board's lock: adding a large row takes milliseconds,
             # and the event loop takes that lock on every poll.
-            r.accumulator.commit(Accepted(a.client_id, a.row, float(weight)), vec)
+            r.accumulator.commit(accepted, vec)
         finally:
             with g.cond:
                 g.inflight -= 1
@@ -375,7 +386,7 @@ class Upload:
             o.status = "succeeded"
             o.bytes_up += self.wire_bytes
             o.num_examples = h.num_examples
-            o.weight = float(examples)
+            o.weight = weight if weighted else float(examples)
             o.duration_s = max(0.0, now - (o.downloaded_at or r.opened_at))
             o.train_loss = h.metrics.get("train_loss")
             o.metrics = dict(h.metrics)

@@ -11,7 +11,7 @@ already completed is refused.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import torch
@@ -39,6 +39,9 @@ class RunState:
     weights: torch.Tensor  # [d] the current global model
     model_version: int  # rounds completed
     finished: bool
+    # The last checkpoint's ``extra`` metadata (the next round's norm bound
+    # reference, fedplat.server.bounds, is read from it).
+    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -77,6 +80,7 @@ def open_run(
     last = store.last_completed_round(existing.id)
     done = 0 if last is None else last.number
     version = 0
+    extra: dict[str, str] = {}
     if last is not None:
         if last.checkpoint_path is None:
             raise CheckpointError(f"round {last.number} completed without a checkpoint")
@@ -89,7 +93,7 @@ def open_run(
         optimizer.load_state_dict(ckpt.optimizer_state)
         aggregator.load_state_dict(ckpt.aggregator_state)
         plan.load_state(ckpt.extra)
-        version = ckpt.model_version
+        version, extra = ckpt.model_version, dict(ckpt.extra)
     run = _reconcile_rounds(cfg, store, existing, done)
     finished = done >= cfg.run.rounds
     if finished:
@@ -100,7 +104,7 @@ def open_run(
             run.id, "run_resumed", f"resuming run {cfg.run.name!r} after round {done}"
         )
         log.info("resuming run %s after round %d", cfg.run.name, done)
-    return RunState(run, weights, version, finished)
+    return RunState(run, weights, version, finished, extra)
 
 
 def _reconcile_rounds(

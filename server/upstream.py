@@ -34,9 +34,12 @@ For weighted FedAvg on both levels the result equals the flat run's: the root's
 ``sum_i w_i d_i / sum_i w_i``. That needs the edge to forward the plain mean
 (``server_optimizer: fedavg``, ``lr: 1``, constant, no central DP at the edge,
 checked by :func:`check_edge_config`) and the root's weight caps
-(``aggregator.max_examples_per_client``, the edge token's ``max_examples``) to be
-at least an edge's summed weight. Robust rules compose per level only; see
-docs/hierarchical.md.
+(``aggregator.max_examples_per_client``, the edge token's ``max_examples``, and
+``aggregator.weight_bound``: by default 3 times the median size the edges
+declared at enrolment, their clients' summed declared examples) to be at least
+an edge's summed weight, and no edge's update scaled by the root's norm bound
+(3 times the median edge's norm by default). Robust rules compose per level
+only; see docs/hierarchical.md.
 """
 
 from __future__ import annotations
@@ -166,6 +169,15 @@ class EdgeDriver(RoundDriver):
         # root would otherwise select an edge whose clients are not there yet.
         if not self.gather_clients(stop):
             return
+        # The edge's size, declared at enrolment: the root caps each client's
+        # weight relative to what the others declared (aggregator.weight_bound).
+        self.client.num_examples = min(
+            2**31 - 1,
+            sum(
+                self.registry.weight(c, c.declared_examples)
+                for c in self.registry.live()
+            ),
+        )
         self.phase = "waiting_for_root"
         try:
             self.client.run()
