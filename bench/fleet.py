@@ -111,7 +111,15 @@ def run_config(
         "aggregator": aggregator or {"name": "fedavg"},
         "store": {"url": str(workdir / "fedplat.db")},
         "checkpoints": {"dir": str(workdir / "ckpt"), "keep_last": 1},
-        "server": {"address": f"127.0.0.1:{free_port()}", **SERVER},
+        "server": {
+            "address": f"127.0.0.1:{free_port()}",
+            **SERVER,
+            # Every device of a benchmark fleet calls from 127.0.0.1: the
+            # per-address cap on enrolments in flight is the fleet's size, as
+            # for a fleet behind one NAT (docs/security.md).
+            "max_unauthenticated_per_address": max(16, clients),
+            "max_unauthenticated": max(256, clients),
+        },
     }
     for name, values in sections.items():
         cfg[name] = {**cfg.get(name, {}), **values}

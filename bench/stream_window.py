@@ -10,7 +10,7 @@ streams (threads of 4 client processes) each send ``stream_mb`` MiB in 1 MiB
 messages at once. Two server configurations, repetitions interleaved:
 
 * ``coordinator``: the coordinator's own options
-  (:func:`fedplat.server.app.grpc_options` of a default ``ServerSection``: a
+  (:func:`fedplat.server.wire.grpc_options` of a default ``ServerSection``: a
   fixed receive window per stream, ``stream_window_bytes``, BDP probing off);
 * ``grpc_auto_tuning``: the same without those two options (gRPC's defaults:
   BDP probing grows the windows).
@@ -69,8 +69,8 @@ TINY = Setup(streams=4, stream_mb=8, repetitions=1)
 
 
 def options(config: str) -> list[tuple[str, int]]:
-    from fedplat.server.app import grpc_options
     from fedplat.server.config import ServerSection
+    from fedplat.server.wire import grpc_options
 
     opts = grpc_options(ServerSection(insecure=True))
     return opts if config == "coordinator" else [o for o in opts if o[0] not in TUNING]

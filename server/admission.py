@@ -181,6 +181,14 @@ class UsableTokens:
         self._digests.discard(token_hash(secret))
 
 
+#: The answer to a re-enrolment under an id the run does not know, or under a
+#: key that is not the id's registered one (the SDK then enrols anew).
+UNKNOWN_ID = (
+    "no client of this run has this id and key; enrol without an id "
+    "(a new enrolment needs an admission credential)"
+)
+
+
 class AdmissionLimits:
     """The enrolment rate limit: new clients share one bucket, each known
     client re-enrols from a bucket of its own."""
@@ -254,20 +262,12 @@ class Gate:
         self, req: EnrollRequest, revoked: set[str]
     ) -> tuple[FedplatError, str] | None:
         key = self._keys.get(req.client_id)
-        if key is None:
+        if key is None or key != req.public_key.hex():
+            # One answer for both: a caller learns nothing about which ids
+            # exist (the event kind tells the operator which it was).
             return (
-                UnknownClient(
-                    f"client {req.client_id!r} is not enrolled in "
-                    "this run; enrol without an id"
-                ),
-                "enrolment_refused",
-            )
-        if key != req.public_key.hex():
-            return (
-                PermissionDenied(
-                    "re-enrolment must be signed by the client's registered key"
-                ),
-                "identity_refused",
+                UnknownClient(UNKNOWN_ID),
+                "enrolment_refused" if key is None else "identity_refused",
             )
         if req.client_id in revoked:
             return PermissionDenied("this client was revoked"), "enrolment_refused"
@@ -303,4 +303,11 @@ class Gate:
         return PermissionDenied(problem), "enrolment_refused"
 
 
-__all__ = ["CHALLENGE_BYTES", "AdmissionLimits", "Challenges", "Gate", "UsableTokens"]
+__all__ = [
+    "CHALLENGE_BYTES",
+    "UNKNOWN_ID",
+    "AdmissionLimits",
+    "Challenges",
+    "Gate",
+    "UsableTokens",
+]

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import grpc
 from fedplat.server.checkpoint import CheckpointError, check_writable
-from fedplat.server.config import ConfigError, RunConfig, ServerSection
+from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.servicer import SERVICE, CoordinatorServicer
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from fedplat.server.wire import check_fd_headroom, grpc_options, health_handler
+from grpc_health.v1 import health, health_pb2
 
 from fedplat.security.certs import CertError, check_key_pair, load_certificates
 from fedplat.store import Store, StoreError
@@ -44,7 +45,11 @@ def _credentials(cfg: RunConfig) -> grpc.ServerCredentials | None:
     s = cfg.server
     if s.insecure:
         return None
-    assert s.tls is not None  # guaranteed by config validation
+    if s.tls is None:
+        # Whatever sections the run file has: plaintext is never a default.
+        raise ConfigError(
+            "server: set tls.cert/tls.key, or insecure: true to serve plaintext gRPC"
+        )
     cert = _read_pem(s.tls.cert, "cert")
     key = _read_pem(s.tls.key, "key")
     ca = _read_pem(s.tls.client_ca, "client_ca") if s.tls.client_ca else None
@@ -103,9 +108,11 @@ def check_listen(address: str) -> None:
 
 def preflight(cfg: RunConfig) -> None:
     """What can be checked before a run is opened in the store: TLS files, the
-    listening address and the checkpoint folder (ConfigError, exit status 2)."""
+    listening address, the open-file limit the connection cap needs, and the
+    checkpoint folder (ConfigError, exit status 2)."""
     _credentials(cfg)
     check_listen(cfg.server.address)
+    check_fd_headroom(cfg.server)
     try:
         check_writable(cfg.checkpoints.dir)
     except CheckpointError as exc:
@@ -147,13 +154,15 @@ class Server:
 
     async def start(self) -> None:
         s = self.cfg.server
-        self.server = grpc.aio.server(options=grpc_options(s))
-        self.server.add_generic_rpc_handlers(
-            (CoordinatorServicer(self.coord).handler(),)
+        creds = _credentials(self.cfg)
+        check_fd_headroom(s)
+        self.server = grpc.aio.server(
+            options=grpc_options(s), maximum_concurrent_rpcs=s.max_concurrent_rpcs
         )
         self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        creds = _credentials(self.cfg)
+        self.server.add_generic_rpc_handlers(
+            (CoordinatorServicer(self.coord).handler(), health_handler(self.health))
+        )
         if creds is None:
             log.warning(
                 "serving PLAINTEXT gRPC on %s (server.insecure: true): tokens, "
@@ -191,22 +200,6 @@ class Server:
         await self.server.stop(grace)
         self.coord.ctx.recorder.stop()
         self.store.close()
-
-
-def grpc_options(s: ServerSection) -> list[tuple[str, int]]:
-    """The coordinator's gRPC server options."""
-    return [
-        ("grpc.max_send_message_length", s.max_message_bytes),
-        ("grpc.max_receive_message_length", s.max_message_bytes),
-        ("grpc.so_reuseport", 0),
-        # A client must answer keepalive pings; dead peers are dropped.
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.max_pings_without_data", 0),
-        # A fixed receive window per stream (ServerSection.stream_window_bytes).
-        ("grpc.http2.bdp_probe", 0),
-        ("grpc.http2.lookahead_bytes", s.stream_window_bytes),
-    ]
 
 
 class BackgroundServer:

@@ -360,13 +360,21 @@ class Coordinator:
         round_number: int,
         metrics: dict[str, float],
     ) -> None:
-        c = self.authenticate(client_id, token)
+        self.record_metrics(
+            self.authenticate(client_id, token), task_id, round_number, metrics
+        )
+
+    def record_metrics(
+        self, c: ClientState, task_id: str, round_number: int, metrics: dict[str, float]
+    ) -> None:
+        """The client's own metrics of a task it took part in, once per task;
+        written by the recorder in its next batch (no call waits on the store)."""
         number = self.board.task_round(c.client_id, task_id)
         if number is None or number != round_number:
             self.reject(
                 "metrics_refused",
                 "metrics for a round the client did not take part in",
-                client_id,
+                c.client_id,
             )
             raise PermissionDenied(
                 "metrics may only be reported for a round the "
@@ -378,11 +386,10 @@ class Coordinator:
             self._reported.clear()
         self._reported.add(task_id)
         if metrics:
-            self.store.add_metrics(
-                self.run_id,
+            self.ctx.recorder.metrics(
                 {f"client.{k}": v for k, v in metrics.items()},
                 round_number=number,
-                client_id=client_id,
+                client_id=c.client_id,
             )
 
     # ---------------------------------------------------------------- rounds

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from fedplat.server.admission import Gate
+from fedplat.server.admission import UNKNOWN_ID, Gate
 from fedplat.server.config import RunConfig
 
 from fedplat.security.certs import CertError, fingerprint
@@ -55,6 +55,11 @@ from fedplat.vectors import Layout
 log = logging.getLogger("fedplat.server.registry")
 
 
+#: The one answer to a call without a valid session (unknown id, wrong token,
+#: another client's certificate): the SDK enrols again.
+NO_SESSION = "no valid session for this client; enrol"
+
+
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
@@ -73,8 +78,8 @@ class ClientState:
     session: bytes = b""
     session_expires: float = 0.0
     revoked: bool = False
-    uploading: bool = False
-    downloading: bool = False
+    # Under mutual TLS, the certificate the session is bound to (fingerprint).
+    cert: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,9 @@ class ClientRegistry:
         self._on_seen = on_seen
         self._lock = threading.RLock()
         self._clients: dict[str, ClientState] = {}
+        # (client id, "upload" | "download") in flight: kept by id, so a fresh
+        # session (a re-enrolment) cannot open a second upload beside the first.
+        self._busy: set[tuple[str, str]] = set()
         self._next_seq = 0
         self._gate = Gate(cfg, store, run_id, clock)
         self._revoked = set(store.list_revoked(run_id))
@@ -167,13 +175,7 @@ class ClientRegistry:
             # Continuity: without a certificate, only the registered key may
             # speak for a known id (under mTLS the certificate is the identity).
             if cert is None and known.public_key != req.public_key.hex():
-                self._refuse(
-                    PermissionDenied(
-                        "re-enrolment must be signed by the client's registered key"
-                    ),
-                    "identity_refused",
-                    known.id,
-                )
+                self._refuse(UnknownClient(UNKNOWN_ID), "identity_refused", known.id)
             if known.revoked_at is not None or known.id in self._revoked:
                 self._refuse(
                     PermissionDenied("this client was revoked"),
@@ -181,13 +183,7 @@ class ClientRegistry:
                     known.id,
                 )
         elif req.client_id:
-            self._refuse(
-                UnknownClient(
-                    f"client {req.client_id!r} is not enrolled in "
-                    "this run; enrol without an id"
-                ),
-                "enrolment_refused",
-            )
+            self._refuse(UnknownClient(UNKNOWN_ID), "enrolment_refused")
         if req.layout != self.layout:
             # Only an admitted caller learns how its model differs from the run's.
             self._refuse(
@@ -245,39 +241,38 @@ class ClientRegistry:
         new = client_id is None
         self._spend(req, client_id)
         client_id = client_id or secrets.token_hex(8)
-        max_examples = None
-        if new and self.mode == "tokens":
-            try:
-                tok = self.store.consume_token(
+        try:
+            if new and self.mode == "tokens":
+                # One transaction: a client the store refuses keeps its token.
+                rec = self.store.enrol_with_token(
                     req.enrolment_token,
                     run_id=self.run_id,
                     run_name=self.cfg.run.name,
                     client_id=client_id,
+                    name=req.name,
+                    num_examples=req.num_examples,
+                    info=dict(req.info),
+                    public_key=req.public_key.hex(),
                 )
-            except TokenError as exc:
-                self._refuse(PermissionDenied(str(exc)), "enrolment_refused")
-            max_examples, token_id = tok.max_examples, tok.id
-            assert self._gate.tokens is not None
-            self._gate.tokens.discard(req.enrolment_token)
-        else:
-            token_id = None
-        try:
-            rec = self.store.upsert_client(
-                self.run_id,
-                client_id,
-                name=req.name,
-                num_examples=req.num_examples,
-                info=dict(req.info),
-                status="active",
-                public_key=req.public_key.hex(),
-                cert_fingerprint=cert,
-                max_examples=max_examples,
-                token_id=token_id,
-            )
+                assert self._gate.tokens is not None
+                self._gate.tokens.discard(req.enrolment_token)
+            else:
+                rec = self.store.upsert_client(
+                    self.run_id,
+                    client_id,
+                    name=req.name,
+                    num_examples=req.num_examples,
+                    info=dict(req.info),
+                    status="active",
+                    public_key=req.public_key.hex(),
+                    cert_fingerprint=cert,
+                )
+        except TokenError as exc:
+            self._refuse(PermissionDenied(str(exc)), "enrolment_refused")
         except StoreError as exc:
             self._refuse(PermissionDenied(str(exc)), "identity_refused", client_id)
         self._gate.admitted(client_id, req.public_key)
-        return self._start_session(req, client_id, rec.max_examples, new)
+        return self._start_session(req, client_id, rec.max_examples, cert)
 
     def _spend(self, req: EnrollRequest, client_id: str | None) -> None:
         """An admissible enrolment spends its challenge and the rate limit."""
@@ -299,7 +294,11 @@ class ClientRegistry:
             )
 
     def _start_session(
-        self, req: EnrollRequest, client_id: str, max_examples: int | None, new: bool
+        self,
+        req: EnrollRequest,
+        client_id: str,
+        max_examples: int | None,
+        cert: str | None,
     ) -> Enrollment:
         token = secrets.token_urlsafe(32)
         now = self.clock()
@@ -319,6 +318,7 @@ class ClientRegistry:
                 now,
                 _digest(token),
                 expires,
+                cert=cert,
             )
             self._clients[client_id] = state
         self._on_enrol(state)
@@ -335,17 +335,23 @@ class ClientRegistry:
         )
 
     # -------------------------------------------------------------- sessions
-    def authenticate(self, client_id: str, token: str) -> ClientState:
-        """The caller's client if the session token is valid; refuses otherwise."""
+    def authenticate(
+        self, client_id: str, token: str, peer: PeerIdentity | None = None
+    ) -> ClientState:
+        """The caller's client if the session token is valid (and, under mutual
+        TLS, presented over the certificate the client enrolled with).
+
+        Every failure a caller without the session could cause is the same
+        UNAUTHENTICATED answer, so nobody learns which client ids exist."""
         with self._lock:
             c = self._clients.get(client_id)
             now = self.clock()
             if c is None:
-                raise UnknownClient(f"client {client_id!r} has no session; enrol")
+                raise Unauthenticated(NO_SESSION)
             if not hmac.compare_digest(c.session, _digest(token)):
-                self._refuse(
-                    Unauthenticated("bad session token"), "unauthenticated", client_id
-                )
+                self._refuse(Unauthenticated(NO_SESSION), "unauthenticated", client_id)
+            if c.cert is not None and self._peer_cert(peer) != c.cert:
+                self._refuse(Unauthenticated(NO_SESSION), "identity_refused", client_id)
             if c.revoked:
                 self._refuse(
                     PermissionDenied("this client was revoked"), "revoked", client_id
@@ -355,6 +361,15 @@ class ClientRegistry:
             c.last_seen = now
         self._on_seen(client_id)
         return c
+
+    @staticmethod
+    def _peer_cert(peer: PeerIdentity | None) -> str | None:
+        if peer is None or peer.cert_pem is None:
+            return None
+        try:
+            return fingerprint(peer.cert_pem)
+        except CertError:
+            return None
 
     def touch(self, c: ClientState) -> None:
         """The client is still waiting in a long poll: it is alive."""
@@ -366,21 +381,22 @@ class ClientRegistry:
 
     @contextmanager
     def slot(self, c: ClientState, kind: str) -> Iterator[None]:
-        """At most one upload and one download in flight per client."""
-        attr = "uploading" if kind == "upload" else "downloading"
+        """At most one upload and one download in flight per client, whatever
+        its sessions."""
+        key = (c.client_id, kind)
         with self._lock:
-            if getattr(c, attr):
+            if key in self._busy:
                 self._refuse(
                     ResourceExhausted(f"another {kind} of this client is in progress"),
                     f"{kind}_busy",
                     c.client_id,
                 )
-            setattr(c, attr, True)
+            self._busy.add(key)
         try:
             yield
         finally:
             with self._lock:
-                setattr(c, attr, False)
+                self._busy.discard(key)
 
     # --------------------------------------------------------------- queries
     def get(self, client_id: str) -> ClientState | None:

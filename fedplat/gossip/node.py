@@ -174,6 +174,10 @@ class PeerNode:
             # minutes, letting calls in flight finish within their own deadline.
             ("grpc.max_connection_age_ms", 600_000),
             ("grpc.max_connection_age_grace_ms", int(1000 * cfg.stream_deadline_s)),
+            # What an outsider (who cannot finish mutual TLS) may hold: a
+            # handshake for 10 s, one of a capped number of connections.
+            ("grpc.server_handshake_timeout_ms", 10_000),
+            ("grpc.max_allowed_incoming_connections", 4 * cfg.max_degree + 64),
         ]
         service = PeerService(self, self._serve_pool)
         return PeerServer(service, cfg.listen, self.security.tls, options)

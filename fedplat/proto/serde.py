@@ -14,6 +14,7 @@ from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.transport.errors import InvalidArgument
 from fedplat.transport.messages import (
+    MAX_EXAMPLES,
     Challenge,
     Enrollment,
     EnrollRequest,
@@ -23,6 +24,8 @@ from fedplat.transport.messages import (
     Task,
     TaskKind,
     UploadAck,
+    client_name_problem,
+    is_client_id,
 )
 from fedplat.uplink.task import TaskConfig, TaskConfigError
 from fedplat.vectors import Layout, LayoutError, TensorSpec
@@ -108,8 +111,21 @@ def challenge_from_proto(msg: pb.ChallengeResponse) -> Challenge:
     return Challenge(bytes(msg.challenge), float(msg.expires_unix))
 
 
+def check_client_id(value: str) -> str:
+    """``""`` (a new client) or a well-formed client id; InvalidArgument otherwise."""
+    if value and not is_client_id(value):
+        raise InvalidArgument("malformed client id")
+    return value
+
+
+def check_examples(value: int) -> int:
+    if not 0 <= value <= MAX_EXAMPLES:
+        raise InvalidArgument(f"num_examples must be in [0, {MAX_EXAMPLES}]")
+    return int(value)
+
+
 def challenge_request_from_proto(msg: pb.ChallengeRequest) -> str:
-    return check_name(msg.client_id, "client id")
+    return check_client_id(msg.client_id)
 
 
 def check_bytes(value: bytes, what: str, limit: int = MAX_KEY_BYTES) -> bytes:
@@ -136,20 +152,19 @@ def enroll_request_from_proto(
     msg: pb.EnrollRequest, max_tensors: int = MAX_LAYOUT_TENSORS
 ) -> EnrollRequest:
     name = msg.name
-    if not name or not name.strip() or not name.isprintable():
-        raise InvalidArgument("enrolment needs a printable, non-blank client name")
-    if msg.num_examples < 0:
-        raise InvalidArgument("num_examples must be >= 0")
+    problem = client_name_problem(name)
+    if problem is not None:
+        raise InvalidArgument(problem)
     if len(msg.info) > MAX_INFO_ITEMS:
         raise InvalidArgument(f"too many info items (max {MAX_INFO_ITEMS})")
     for k, v in msg.info.items():
         check_name(k, "info key")
         check_name(v, "info value")
     return EnrollRequest(
-        name=check_name(name, "client name"),
-        num_examples=int(msg.num_examples),
+        name=name,
+        num_examples=check_examples(msg.num_examples),
         layout=layout_from_proto(msg.layout, max_tensors),
-        client_id=check_name(msg.client_id, "client id"),
+        client_id=check_client_id(msg.client_id),
         info=dict(msg.info),
         public_key=check_bytes(msg.public_key, "public key"),
         challenge=check_bytes(msg.challenge, "challenge"),

@@ -25,6 +25,7 @@ from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto.serde import (
     MAX_LAYOUT_TENSORS,
     check_bytes,
+    check_examples,
     check_name,
     finite_metrics,
     layout_from_proto,
@@ -241,8 +242,6 @@ def update_header_from_proto(
 ) -> UpdateHeader:
     if not msg.task_id:
         raise InvalidArgument("update header has no task id")
-    if msg.num_examples < 0:
-        raise InvalidArgument("num_examples must be >= 0")
     if msg.total_bytes < 0:
         raise InvalidArgument("total_bytes must be >= 0")
     if msg.encoding_params:
@@ -250,7 +249,7 @@ def update_header_from_proto(
     return UpdateHeader(
         task_id=check_name(msg.task_id, "task id"),
         round=int(msg.round),
-        num_examples=int(msg.num_examples),
+        num_examples=check_examples(msg.num_examples),
         layout=layout_from_proto(msg.layout, max_tensors),
         total_bytes=int(msg.total_bytes),
         sha256=check_name(msg.sha256, "sha256"),
@@ -327,14 +326,25 @@ def _data_view(raw: bytes) -> memoryview | None:
     return None
 
 
-def parse_chunk(cls: type[M], raw: bytes) -> M | memoryview | Malformed:
+def parse_chunk(
+    cls: type[M], raw: bytes, header_limit: int | None = None
+) -> M | memoryview | Malformed:
     """The request deserializer of a chunked stream (``oneof part {header = 1;
     data = 2}``: ``UpdateChunk``, the peers' ``ModelChunk``): a data chunk comes
     back as a view of the received bytes (no copy), a header as a parsed
-    message, and anything unparsable as :class:`Malformed` instead of gRPC's
-    logged traceback."""
+    message, and anything unparsable (or, with ``header_limit``, a header larger
+    than that, before parsing) as :class:`Malformed` instead of gRPC's logged
+    traceback."""
     view = _data_view(raw)
-    return view if view is not None else parse_or_malformed(cls, raw)
+    if view is not None:
+        return view
+    if header_limit is not None and len(raw) > header_limit:
+        return Malformed(
+            f"{cls.__name__} header of {len(raw)} bytes exceeds its "
+            f"{header_limit}-byte bound",
+            len(raw),
+        )
+    return parse_or_malformed(cls, raw)
 
 
 def parse_update_chunk(raw: bytes) -> pb.UpdateChunk | memoryview | Malformed:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
@@ -20,6 +21,32 @@ if TYPE_CHECKING:
 PAYLOAD_V1 = "fedplat-payload-v1"
 #: The global model's download encoding: raw little-endian float32 values.
 DENSE_F32 = "dense-f32le"
+
+
+#: What a client may call itself and what the coordinator calls it: the store's
+#: columns are this wide, so nothing longer is ever accepted (or spends a token).
+MAX_CLIENT_ID = 64
+MAX_CLIENT_NAME = 128
+#: Declared example counts fit the store's INTEGER column (PostgreSQL int4).
+MAX_EXAMPLES = 2**31 - 1
+_CLIENT_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.:\-]{{0,{MAX_CLIENT_ID - 1}}}")
+
+
+def is_client_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` could be a client id (issued ids are hex; no blank,
+    control or markup characters, at most :data:`MAX_CLIENT_ID`)."""
+    return isinstance(value, str) and _CLIENT_ID.fullmatch(value) is not None
+
+
+def client_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a client's name, or None."""
+    if not isinstance(name, str) or not name.strip():
+        return "a client name must be a non-blank string"
+    if len(name) > MAX_CLIENT_NAME:
+        return f"a client name must be at most {MAX_CLIENT_NAME} characters"
+    if not name.isprintable():
+        return "a client name must be printable (no control characters)"
+    return None
 
 
 @dataclass(frozen=True)

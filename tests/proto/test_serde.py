@@ -148,10 +148,22 @@ def test_update_header_validation() -> None:
     many = common.Layout(tensors=[common.TensorSpec(name=f"t{i}") for i in range(3)])
     with pytest.raises(InvalidArgument, match="3 tensors"):
         streams.update_header_from_proto(pb.UpdateHeader(task_id="t", layout=many), 2)
-    with pytest.raises(InvalidArgument, match="longer than"):
-        serde.enroll_request_from_proto(pb.EnrollRequest(name="x" * 1000))
-    with pytest.raises(InvalidArgument, match="printable"):
+    with pytest.raises(InvalidArgument, match="at most 128 characters"):
+        serde.enroll_request_from_proto(pb.EnrollRequest(name="x" * 129))
+    with pytest.raises(InvalidArgument, match="non-blank"):
         serde.enroll_request_from_proto(pb.EnrollRequest(name="   "))
+    with pytest.raises(InvalidArgument, match="printable"):
+        serde.enroll_request_from_proto(pb.EnrollRequest(name="a\x00b"))
+    for bad in ("", " ", "a b", "x" * 65, "é"):
+        if bad:
+            with pytest.raises(InvalidArgument, match="malformed client id"):
+                serde.enroll_request_from_proto(
+                    pb.EnrollRequest(name="n", client_id=bad)
+                )
+    with pytest.raises(InvalidArgument, match="num_examples"):
+        serde.enroll_request_from_proto(pb.EnrollRequest(name="n", num_examples=2**31))
+    with pytest.raises(InvalidArgument, match="num_examples"):
+        streams.update_header_from_proto(pb.UpdateHeader(task_id="t", num_examples=-1))
     with pytest.raises(InvalidArgument, match="round must be"):
         serde.metrics_from_proto(pb.MetricsReport(task_id="t", round=-1))
 

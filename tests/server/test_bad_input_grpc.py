@@ -198,13 +198,16 @@ def test_unknown_client_and_bad_token(
             metadata=(("x-fedplat-client", "nobody"), ("x-fedplat-token", "x")),
             timeout=5,
         )
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    unknown = info.value
     with pytest.raises(grpc.RpcError) as info:
         c.stub.GetTask(
             pb.GetTaskRequest(), metadata=(c.md[0], ("x-fedplat-token", "forged")),
             timeout=5,
         )  # fmt: skip
-    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # One answer for an unknown id and for a known id with a wrong token: a
+    # caller without the session learns nothing about which ids exist.
+    assert info.value.code() == unknown.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert info.value.details() == unknown.details()
 
 
 def test_enrolment_with_wrong_model_is_refused_without_spending_the_token(
@@ -290,9 +293,12 @@ def test_malformed_protobuf_on_every_call_is_invalid_argument_without_traceback(
     assert bad == [], [r.getMessage() for r in bad]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "deserializ" not in err, err
-    # Each refusal is one log line naming the call.
+    # Refusals are logged sampled (one line per call and status per interval,
+    # so a flood cannot flood the log): each call is named at least once.
     refusals = [r.getMessage() for r in kept if "refused" in r.getMessage()]
-    assert len(refusals) >= len(calls) * len(NOT_PROTOBUF)
+    for rpc in calls:
+        assert any(f"refused {rpc}:invalid_argument" in m for m in refusals), rpc
+    assert len(refusals) <= len(calls)
     # The client is still served: with a second one, round 1 starts.
     _clients(srv, raw, "d")
     assert c.task().kind == pb.Task.TRAIN

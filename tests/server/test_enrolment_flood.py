@@ -167,8 +167,17 @@ def test_another_clients_id(tmp_path: Path) -> None:
 
         with statements(srv.coord.registry.store) as seen:
             codes = flood(srv, attempt)
-        assert set(codes) == {grpc.StatusCode.PERMISSION_DENIED}
+        # The same answer as for an id nobody has: an attempt learns nothing
+        # about which ids exist.
+        assert set(codes) == {grpc.StatusCode.NOT_FOUND}
         assert _on("clients", seen) == []  # refused from memory
+        nobody = RawClient(f"127.0.0.1:{srv.port}", srv.coord.layout, name="x")
+        with pytest.raises(grpc.RpcError) as unknown:
+            nobody.enroll(client_id="0123456789abcdef")
+        with pytest.raises(grpc.RpcError) as known:
+            nobody.enroll(client_id=victim.client_id)
+        assert unknown.value.code() == known.value.code()
+        assert unknown.value.details() == known.value.details()
         honest_enrol_at_once(srv, tokens[1:])
         victim.enroll(client_id=victim.client_id)  # the victim still re-enrols
 

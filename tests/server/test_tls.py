@@ -13,6 +13,7 @@ from fedplat.server.app import BackgroundServer
 from fedplat.server.config import parse_config
 
 from fedplat.models import create_model
+from fedplat.proto import fedplat_pb2 as pb
 from fedplat.security.certs import create_ca, issue
 from fedplat.store import Store
 from fedplat.store.check import check_store
@@ -112,6 +113,21 @@ def test_mutual_tls_binds_the_client_to_its_certificate(
         # ... and enrolling with it again is the same client, not a new one.
         twin.enroll()
         assert twin.client_id == good.client_id
+        # A session is bound to its certificate: the token is useless over
+        # another client's certificate.
+        c1 = creds("client-1")
+        other = RawClient(
+            address,
+            srv.coord.layout,
+            credentials=grpc.ssl_channel_credentials(
+                c1["root_certificates"], c1["private_key"], c1["certificate_chain"]
+            ),
+        )
+        other.client_id, other.session = twin.client_id, twin.session
+        with pytest.raises(grpc.RpcError) as info:
+            other.poll(0.0)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert twin.poll(0.0).kind in (pb.Task.WAIT, pb.Task.FINISHED)
         # Trusting the server is not enough without a client certificate.
         with pytest.raises((ConnectionError, TlsError)):
             _client(address, "no-cert", root_certificates=ca).run()

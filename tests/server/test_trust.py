@@ -131,8 +131,9 @@ def test_identity_takeover_is_refused(served: Any) -> None:
     )
     with pytest.raises(grpc.RpcError) as info:
         thief.enroll(client_id=victim.client_id)
-    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert "registered key" in info.value.details()
+    # The answer an unknown id gets: nobody learns which ids exist.
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "id and key" in info.value.details()
     # A challenge issued for one id cannot be used to enrol as another.
     req = thief.enroll_request(client_id="")
     req.client_id = victim.client_id
@@ -141,7 +142,10 @@ def test_identity_takeover_is_refused(served: Any) -> None:
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     # The victim's session still works, and it completes the round.
     store = _finish(srv, raw, victim, other)
-    assert _refusals(store, srv.coord.run_id, "registered key")
+    takeovers = [
+        e for e in store.list_events(srv.coord.run_id) if e.kind == "identity_refused"
+    ]
+    assert takeovers and "id and key" in takeovers[0].message
 
 
 def test_a_client_cannot_buy_weight_with_its_declared_examples(
@@ -161,8 +165,12 @@ def test_a_client_cannot_buy_weight_with_its_declared_examples(
         assert honest.upload(
             honest.update(honest.task(), _payload(srv, 1.0), num_examples=100)
         ).accepted
+        task = greedy.task()
+        with pytest.raises(grpc.RpcError) as info:  # wider than the store's column
+            greedy.upload(greedy.update(task, _payload(srv, -1.0), num_examples=2**31))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert greedy.upload(
-            greedy.update(greedy.task(), _payload(srv, -1.0), num_examples=10**12)
+            greedy.update(task, _payload(srv, -1.0), num_examples=2**31 - 1)
         ).accepted
         wait_for(lambda: srv.coord.finished, 60, "the round")
         # Both capped at 100 examples: the mean of +1 and -1 is 0, not -1.
@@ -286,8 +294,11 @@ def test_oversized_layouts_and_strings_are_refused_cheaply(served: Any) -> None:
     with pytest.raises(grpc.RpcError) as info:
         c.enroll(layout=many)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "100000 tensors" in info.value.details()
-    assert time.monotonic() - t0 < 5  # refused on the count, not tensor by tensor
+    # Refused on its size before it is parsed; the bound is the run's own
+    # layout rounded up to a power of two, so the answer says no more.
+    assert "exceeds its" in info.value.details()
+    assert "tensor" not in info.value.details()
+    assert time.monotonic() - t0 < 5
     # Larger than a message may be: gRPC refuses it before the handler runs.
     huge = common.Layout(
         tensors=[common.TensorSpec(name=f"t{i}" * 20, shape=[1]) for i in range(99)]
@@ -296,7 +307,7 @@ def test_oversized_layouts_and_strings_are_refused_cheaply(served: Any) -> None:
     with pytest.raises(grpc.RpcError) as info:
         c.enroll(layout=huge)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    for name in ("x" * 1000, "   ", "tab\tname"):
+    for name in ("x" * 1000, "y" * 129, "   ", "tab\tname", "line\nbreak"):
         with pytest.raises(grpc.RpcError) as info:
             c.enroll(name=name)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -330,3 +341,23 @@ def test_replays_and_downloads_after_the_upload_never_touch_closed_rows(
             c.download(t)
     assert store.list_participations(srv.coord.run_id, 1) == before
     assert check_store(store) == []
+
+
+def test_an_enrolment_the_store_refuses_keeps_its_token(served: Any) -> None:
+    srv, raw = served
+    (first,) = _enrolled(srv, raw, "first")
+    (token,) = issue_tokens(raw, 1)
+    # A new client presenting a key another client registered: refused by
+    # the store, in the same transaction that would have spent the token.
+    copycat = RawClient(
+        f"127.0.0.1:{srv.port}", srv.coord.layout, name="copy", token=token,
+        identity=first.identity,
+    )  # fmt: skip
+    with pytest.raises(grpc.RpcError) as info:
+        copycat.enroll()
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    honest = RawClient(
+        f"127.0.0.1:{srv.port}", srv.coord.layout, name="n" * 128, token=token
+    )
+    honest.enroll()  # the token was not spent; a 128-character name is fine
+    _finish(srv, raw, first, honest)

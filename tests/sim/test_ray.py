@@ -22,7 +22,7 @@ from fedplat.sim.engine import VirtualCoordinator, drive, step_client
 from fedplat.sim.ray_wire import CoordinatorEndpoint, RayConnection
 from fedplat.sim.simulation import admit
 from fedplat.store import Store
-from fedplat.transport.errors import Unauthenticated, UnknownClient
+from fedplat.transport.errors import Unauthenticated
 from fedplat.transport.inmemory import InMemoryConnection
 from tests.support import REPO, run_config, write_config
 
@@ -72,10 +72,11 @@ def test_endpoint_refuses_bad_bytes_and_maps_errors(tmp_path: Path) -> None:
     assert endpoint.enroll(b"\xff\x00garbage")[:2] == ("err", "invalid_argument")
     huge = b"\x00" * (cfg.server.max_message_bytes + 1)
     assert endpoint.enroll(huge)[:2] == ("err", "invalid_argument")
-    assert endpoint.upload("nobody", "t", b"", b"")[:2] == ("err", "not_found")
+    # An unknown id is answered as a wrong token is: nothing about who exists.
+    assert endpoint.upload("nobody", "t", b"", b"")[:2] == ("err", "unauthenticated")
     conn = RayConnection(lambda m, *a: getattr(endpoint, m)(*a), lambda h: h)
     conn._client_id, conn._token = "c1", "forged"
-    with pytest.raises(UnknownClient):
+    with pytest.raises(Unauthenticated):
         conn.get_task(0.0)
     population = ReferencePopulation.of(cfg, 2)
     c = population.build(0, lambda: conn)

@@ -30,10 +30,16 @@ class Procs:
         self.logdir = logdir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, args: list[str], *, nofile: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        """``nofile``: the process's open-file limit (soft and hard), as
+        ``ulimit -n`` would set it (util-linux's prlimit; no pre-exec hook in a
+        process that runs gRPC threads)."""
+        limit = [] if nofile is None else ["prlimit", f"--nofile={nofile}:{nofile}"]
         log = (self.logdir / f"{name}.log").open("ab")
         p = subprocess.Popen(
-            [sys.executable, *args],
+            [*limit, sys.executable, *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=_env(),
@@ -44,10 +50,12 @@ class Procs:
         return p
 
     def coordinator(
-        self, cfg_path: Path, name: str = "coordinator"
+        self, cfg_path: Path, name: str = "coordinator", *, nofile: int | None = None
     ) -> subprocess.Popen[bytes]:
         return self.start(
-            name, ["-m", "fedplat.cli", "coordinator", "--config", str(cfg_path)]
+            name,
+            ["-m", "fedplat.cli", "coordinator", "--config", str(cfg_path)],
+            nofile=nofile,
         )
 
     def client(
