@@ -1,4 +1,5 @@
-"""The attackers of ``bench/attacks_live.py``, one class per attack of issue 11.
+"""The attackers of ``bench/attacks_live.py``, one class per attack of issue 11
+(issue 23's are in :mod:`bench.attackers_bounds`).
 
 Each attacker runs in a thread of the benchmark while 8 honest client
 processes train, speaking the protocol by hand (:class:`RawClient`) over the
@@ -12,13 +13,15 @@ attack aimed at is unchanged (see each class's ``criterion``).
 would: they are clients of the run, selected like the others, and attack from
 inside. ``has_token`` attackers hold a valid token they never enrol with (the
 identity takeover uses it to claim another client's id); the others never had
-a token.
+a token. Class attributes set the run an attack needs (server limits, the
+coordinator's open-file limit, a PostgreSQL store, tokens without a cap).
 """
 
 from __future__ import annotations
 
 import functools
 import random
+import re
 import secrets
 import threading
 import time
@@ -40,6 +43,12 @@ from fedplat.vectors import Layout
 NAME = "mallory"
 
 
+def reason_of(exc: grpc.RpcError) -> str:
+    """A refusal as ``CODE: details``, numbers masked (so refusals group)."""
+    details = re.sub(r"\d+(\.\d+)?", "N", exc.details() or "")
+    return f"{exc.code().name}: {details[:120]}"
+
+
 class Attacker:
     """The common part: a hand-rolled client, request counters, evidence."""
 
@@ -50,6 +59,19 @@ class Attacker:
     has_token: ClassVar[bool] = False
     #: Start before the honest clients connect (to compete with them).
     early: ClassVar[bool] = False
+    #: How an admitted attacker enrols (``RawClient.enroll`` overrides).
+    enrolment: ClassVar[dict[str, Any]] = {}
+    #: The run file's ``server`` settings under this attack (issue 23's limits).
+    server: ClassVar[dict[str, Any]] = {}
+    #: The coordinator's open-file limit (``prlimit --nofile``); None: inherited.
+    nofile: ClassVar[int | None] = None
+    #: Runs on a throwaway PostgreSQL store (with a reference run of its own).
+    postgres: ClassVar[bool] = False
+    #: Its token carries no per-client weight cap (only the run's).
+    uncapped: ClassVar[bool] = False
+    #: What ``blocked`` also needs, judged against the run without attack:
+    #: "accuracy" within a point, "store_growth" under 1 MB.
+    judged_on: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self, dep: Deployment, layout: Layout, token: str | None, seed: int
@@ -59,6 +81,7 @@ class Attacker:
         self.token = token
         self.rng = random.Random(seed)
         self.codes: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()  # refusals by code and details
         self.client = self.raw(NAME, token or "")
         self.tasks: list[pb.Task] = []
         self.run_id = ""
@@ -80,6 +103,7 @@ class Attacker:
             out = fn()
         except grpc.RpcError as exc:
             self.codes[exc.code().name] += 1
+            self.reasons[reason_of(exc)] += 1
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 time.sleep(0.5)  # the coordinator is gone (the run ended)
             return None
@@ -90,9 +114,11 @@ class Attacker:
     def run(self, stop: threading.Event) -> None:
         try:
             if self.admitted:
-                while not stop.is_set() and self.call(self.client.enroll) is None:
+                enrol = functools.partial(self.client.enroll, **self.enrolment)
+                while not stop.is_set() and self.call(enrol) is None:
                     stop.wait(1.0)
                 self.codes.clear()  # the enrolment itself is not part of the attack
+                self.reasons.clear()
             while not stop.is_set():
                 self.step(stop)
         except Exception as exc:  # a bug of the attacker, not a defence: reported
@@ -145,8 +171,14 @@ class Attacker:
             "updates_aggregated": aggregated,
             "attacker_clients_in_store": len(me),
             "clients_in_store": len(store.list_clients(run_id)),
+            "refusals": dict(self.reasons.most_common(12)),
         }
         return {**facts, **self.extra_evidence(store, run_id, facts)}
+
+    def judge(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Facts of the whole run that decide too (peak RSS, open files, the
+        coordinator's log), with ``blocked`` when they do: none by default."""
+        return {}
 
     def _my_clients(self, store: Store, run_id: str) -> set[str]:
         return {
@@ -268,6 +300,7 @@ class StoreFlooding(Attacker):
         "tokens) refused; the store grows by less than 1 MB more than in the "
         "run without attack"
     )
+    judged_on = ("store_growth",)
 
     def step(self, stop: threading.Event) -> None:
         c = self.client
@@ -494,4 +527,4 @@ ATTACKS: dict[str, type[Attacker]] = {
     )
 }
 
-__all__ = ["ATTACKS", "Attacker"]
+__all__ = ["ATTACKS", "NAME", "Attacker", "reason_of"]

@@ -19,8 +19,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +90,16 @@ class Processes:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        """``fedplat ARGS`` in the background, logging to ``NAME.log``."""
+    def start(
+        self, name: str, args: list[str], prefix: Sequence[str] = ()
+    ) -> subprocess.Popen[bytes]:
+        """``fedplat ARGS`` in the background, logging to ``NAME.log``;
+        ``prefix``: a command that execs it (``prlimit --nofile=1024:1024``),
+        so the process keeps its pid (never ``preexec_fn``: it is unsafe in a
+        process running gRPC's threads)."""
         with (self.dir / f"{name}.log").open("ab") as log:
             p = subprocess.Popen(
-                [sys.executable, "-m", "fedplat.cli", *args],
+                [*prefix, sys.executable, "-m", "fedplat.cli", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=_env(),
@@ -170,8 +176,10 @@ class Deployment(Processes):
     def store(self) -> Store:
         return Store(self.db, migrate=False)
 
-    def coordinator(self, name: str = "coordinator") -> subprocess.Popen[bytes]:
-        return self.start(name, ["coordinator", "--config", str(self.config)])
+    def coordinator(
+        self, name: str = "coordinator", prefix: Sequence[str] = ()
+    ) -> subprocess.Popen[bytes]:
+        return self.start(name, ["coordinator", "--config", str(self.config)], prefix)
 
     def client(
         self, i: int, n: int, token: str | None, *extra: str
@@ -276,6 +284,37 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def open_fds(pid: int) -> int:
+    """How many file descriptors the process has open now."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class ProcessWatch:
+    """Samples a process until it exits: its peak RSS (the kernel's ``VmHWM``
+    is monotone: the last reading is the peak) and its most open file
+    descriptors (``/proc/PID/fd``, every 0.1 s: a peak between two samples
+    is missed)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = float("nan")
+        self.peak_fds = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                mb = peak_rss_mb(self.pid)
+                fds = open_fds(self.pid)
+            except (OSError, ValueError):
+                return
+            if mb == mb:  # a zombie has no VmHWM any more (nan)
+                self.peak = mb
+            self.peak_fds = max(self.peak_fds, fds)
+            time.sleep(0.1)
+
+
 def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -287,20 +326,101 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def store_mb(db: str) -> float:
-    """Bytes of a SQLite store with its WAL, in MiB."""
+    """Bytes of a SQLite store with its WAL, or of a PostgreSQL store's database
+    (``pg_database_size``), in MiB."""
+    if db.startswith("postgresql"):
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(db)
+        try:
+            with engine.connect() as conn:
+                size = conn.execute(
+                    sa.text("SELECT pg_database_size(current_database())")
+                ).scalar_one()
+        finally:
+            engine.dispose()
+        return int(size) / (1024 * 1024)
     paths = [Path(db), Path(db + "-wal"), Path(db + "-shm")]
     return sum(p.stat().st_size for p in paths if p.exists()) / (1024 * 1024)
+
+
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL binaries to start a throwaway cluster with (the reason)."""
+
+
+@contextlib.contextmanager
+def throwaway_postgres() -> Iterator[str]:
+    """A PostgreSQL cluster for one benchmark row (``scripts/pg_throwaway.sh``,
+    on a free port, in a folder of its own under the system's temporary
+    directory, which the cluster's owner can enter): its URL, then it is
+    stopped and its files deleted. :class:`PostgresUnavailable` when it cannot
+    start."""
+    import shutil
+    import tempfile
+
+    script = REPO / "scripts" / "pg_throwaway.sh"
+    pgbin = os.environ.get("PGBIN") or "/usr/lib/postgresql/15/bin"
+    if not Path(pgbin, "initdb").exists():
+        raise PostgresUnavailable(f"no PostgreSQL binaries ({pgbin}/initdb)")
+    pgdir = Path(tempfile.mkdtemp(prefix="fedplat-bench-pg-"))
+    p = subprocess.run(
+        ["bash", str(script), "start", str(pgdir), str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    url = next(
+        (
+            line.split("=", 1)[1]
+            for line in p.stdout.splitlines()
+            if line.startswith("export FEDPLAT_TEST_PG_URL=")
+        ),
+        None,
+    )
+    try:
+        if p.returncode != 0 or url is None:
+            raise PostgresUnavailable(
+                f"pg_throwaway.sh start failed: {p.stderr.strip()[-500:]}"
+            )
+        yield url
+    finally:
+        subprocess.run(
+            ["bash", str(script), "stop", str(pgdir)],
+            capture_output=True,
+            timeout=180,
+        )
+        shutil.rmtree(pgdir, ignore_errors=True)
+
+
+def postgres_database(url: str, name: str) -> str:
+    """A fresh database ``name`` in the cluster of ``url`` (a store per run):
+    its URL."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return url.rsplit("/", 1)[0] + "/" + name
 
 
 __all__ = [
     "MODEL",
     "Deployment",
+    "PostgresUnavailable",
+    "ProcessWatch",
     "Processes",
     "free_port",
+    "open_fds",
     "peak_rss_mb",
     "peer_status",
+    "postgres_database",
     "run_file",
     "snapshot",
     "store_mb",
+    "throwaway_postgres",
     "wait_until",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import numpy as np
 from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2
 
 from bench.deploy import (
     MODEL,
@@ -42,7 +43,10 @@ from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
 from fedplat.vectors import Layout, layout_of
 
 SERVICE = "fedplat.v1.Coordinator"
-#: Each call of the coordinator and whether it streams requests / responses.
+HEALTH = "grpc.health.v1.Health"
+#: Each call of the coordinator (its own service's and the health service's,
+#: ``Health.``) and whether it streams requests / responses; a health watch
+#: streams for as long as the caller stays.
 COORDINATOR_RPCS = {
     "Challenge": "unary",
     "Enroll": "unary",
@@ -50,6 +54,18 @@ COORDINATOR_RPCS = {
     "DownloadModel": "server_stream",
     "UploadUpdate": "client_stream",
     "ReportMetrics": "unary",
+    "SecAgg": "unary",
+    "Health.Check": "unary",
+    "Health.Watch": "watch",
+}
+#: Credentials in metadata besides a client's own: an empty or blank client id
+#: or session token (issue 23: never an identity, never a stored event).
+BLANK_CREDENTIALS = {
+    "blank_client": ("", None),
+    "space_client": (" ", None),
+    "blank_token": (None, ""),
+    "space_token": (None, " "),
+    "blank_both": ("", ""),
 }
 
 
@@ -79,10 +95,18 @@ def call_raw(
 ) -> tuple[str, str, bytes]:
     """Send serialized ``messages`` to a coordinator call: (status, details,
     the response's bytes when it was a unary answer)."""
-    path = f"/{SERVICE}/{rpc}"
+    service, _, method = rpc.rpartition(".")
+    path = f"/{HEALTH if service == 'Health' else SERVICE}/{method}"
     kind = COORDINATOR_RPCS[rpc]
     try:
-        if kind == "client_stream":
+        if kind == "watch":  # its first answer (or refusal) is the outcome
+            watch = channel.unary_stream(path, _ident, _ident)(
+                messages[0] if messages else b"", metadata=metadata, timeout=timeout
+            )
+            next(watch, None)
+            watch.cancel()
+            out = b""
+        elif kind == "client_stream":
             out = channel.stream_unary(path, _ident, _ident)(
                 iter(messages), metadata=metadata, timeout=timeout
             )
@@ -228,8 +252,17 @@ class CoordinatorTarget:
     def _credentials(self, c: _FuzzClient) -> tuple[str, tuple[tuple[str, str], ...]]:
         other = self.rng.choice(self.clients)
         mode = self.rng.choice(
-            ["valid"] * 5 + ["bad_token", "unknown_client", "none", "other_client"]
+            ["valid"] * 6
+            + ["bad_token", "unknown_client", "none", "other_client"]
+            + list(BLANK_CREDENTIALS)
         )
+        if mode in BLANK_CREDENTIALS:
+            cid, tok = BLANK_CREDENTIALS[mode]
+            cid = c.client_id if cid is None else cid
+            return mode, (
+                (CLIENT_ID_KEY, cid),
+                (TOKEN_KEY, c.session if tok is None else tok),
+            )
         md = {
             "valid": c.md,
             "bad_token": ((CLIENT_ID_KEY, c.client_id), (TOKEN_KEY, "forged")),
@@ -253,7 +286,15 @@ class CoordinatorTarget:
             return [e.enroll_request()], "token" if self.tokens else "spent_token"
         if rpc == "GetTask":
             return [pb.GetTaskRequest(wait_seconds=self.rng.choice([0.0, 0.1]))], ""
+        if rpc.startswith("Health."):
+            name = self.rng.choice(["", SERVICE, "unknown.Service"])
+            return [health_pb2.HealthCheckRequest(service=name)], "none"
         t = self._task(c)
+        if rpc == "SecAgg":
+            wait = self.rng.choice([0.0, 0.1])
+            return [
+                pb.SecAggRequest(task_id=t.task_id, round=t.round, wait_seconds=wait)
+            ], ""
         if rpc == "DownloadModel":
             return [pb.DownloadRequest(task_id=t.task_id)], ""
         if rpc == "ReportMetrics":
@@ -272,12 +313,16 @@ class CoordinatorTarget:
         base, enrol_cred = self._base(rpc, c)
         if len(base) > 1 or rpc == "UploadUpdate":
             m: Mutated = mutate_stream(base, self.rng)
+        elif rpc.startswith("Health.") and self.rng.random() < 0.3:
+            m = Mutated([self.rng.randbytes(self.rng.randrange(1, 64))], "random_bytes")
         else:
             others = [pb.GetTaskRequest(wait_seconds=1.0), pb.DownloadRequest()]
             m = mutate_message(base[0], self.rng, others)
         cred, md = self._credentials(c)
-        if rpc in ("Challenge", "Enroll"):
-            cred, md = enrol_cred, ()
+        if enrol_cred:  # calls without a session: none, or blank ones
+            blank = self.rng.random() < 0.25
+            cred = f"{enrol_cred}+blank_metadata" if blank else enrol_cred
+            md = ((CLIENT_ID_KEY, ""), (TOKEN_KEY, "")) if blank else ()
         t0 = time.perf_counter()
         code, details, raw = call_raw(
             c.channel, rpc, m.messages, md, self.setup.deadline_s

@@ -1,5 +1,6 @@
 """Tiny mode of bench/attacks_live.py: against a live coordinator under the
-default secure configuration, a sybil flood and huge-magnitude rows are blocked
+default secure configuration, a sybil flood, huge-magnitude rows and calls with
+blank or unknown client ids are blocked
 (decided from the store and the attacker's refused requests), the honest
 clients complete every round with the accuracy of the run without attack, and
 the store grows by less than 1 MB; gossip poisoning of three peer processes is
@@ -30,7 +31,11 @@ def test_tiny_attacks_are_blocked_and_honest_clients_unaffected(
     out = tmp_path_factory.mktemp("attacks") / "attacks.json"
     res = run_bench("bench.attacks_live", out, timeout=1800)
     assert res["tiny"] is True
-    assert [r["attack"] for r in res["rows"]] == ["sybil_flood", "huge_magnitude_rows"]
+    assert [r["attack"] for r in res["rows"]] == [
+        "sybil_flood",
+        "huge_magnitude_rows",
+        "empty_client_id",
+    ]
     rounds = res["setup"]["rounds"]
     assert res["no_attack"]["honest_rounds_completed"] == rounds
     for row in res["rows"]:
@@ -42,8 +47,17 @@ def test_tiny_attacks_are_blocked_and_honest_clients_unaffected(
         assert abs(row["final_accuracy"] - res["no_attack_accuracy"]) <= 0.01
         assert row["store_growth_mb"] < 1.0
         assert row["store_check"] == "ok"
+        assert row["run_status"] == "completed"
+        assert row["coordinator_peak_fds"] > 0
     sybil = res["rows"][0]["evidence"]
     assert sybil["clients_in_store"] == res["setup"]["clients"]
+    # Blank ids: refused as UNAUTHENTICATED (metadata) or INVALID_ARGUMENT (a
+    # request's id), never an identity, never named by a stored event.
+    blank = res["rows"][2]["evidence"]
+    assert blank["requests"].get("UNAUTHENTICATED", 0) > 0
+    assert blank["events_naming_blank_or_unknown_ids"] == {}
+    assert blank["blank_client_ids_in_store"] == 0
+    assert blank["clients_in_store"] == res["setup"]["clients"]
     # Gossip: the poisoner's every call refused, peers finish and learn.
     gossip = res["gossip"]
     assert [r["attack"] for r in gossip["rows"]] == ["gossip_poisoning"]
@@ -124,6 +138,8 @@ def _row(attack: str, blocked: bool | None, acc: float, ref: float) -> dict:
         "final_accuracy": acc,
         "reference_accuracy": ref,
         "store_growth_mb": 0.1,
+        "coordinator_peak_rss_mb": 460.0,
+        "run_status": "completed",
     }
 
 
@@ -161,3 +177,82 @@ def test_merged_invocations_keep_order_references_and_failures(
     body["rows"][1]["blocked"] = True
     body["gossip"]["rows"][0]["final_accuracy"] = 0.85  # peers harmed
     assert _goal_met(body) is False
+    body["gossip"]["rows"][0]["final_accuracy"] = 0.9
+    body["rows"][0]["coordinator_peak_rss_mb"] = 2000.0  # over the goal's bound
+    assert _goal_met(body) is False
+    body["rows"][0]["coordinator_peak_rss_mb"] = 460.0
+    body["rows"][0]["run_status"] = "failed"
+    assert _goal_met(body) is False
+
+
+def test_rows_judged_on_accuracy_need_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An insider whose updates are accepted by design (norm_insider) is blocked
+    only when the run kept the accuracy of the run without attack; without a
+    reference its verdict stays open (None), never True."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.attacks_live import _compare
+
+    def row(acc: float) -> dict:
+        r = _row("norm_insider", True, acc, 0.8)
+        r.update(blocked_by_evidence=True, store_mb=1.1, reference_accuracy=None)
+        return r
+
+    kept, harmed, open_ = row(0.805), row(0.7), row(0.8)
+    _compare(kept, {"final_accuracy": 0.8, "store_mb": 1.0})
+    _compare(harmed, {"final_accuracy": 0.8, "store_mb": 1.0})
+    _compare(open_, {"final_accuracy": None, "store_mb": None})
+    assert kept["blocked"] is True and kept["store_growth_mb"] == 0.1
+    assert harmed["blocked"] is False
+    assert open_["blocked"] is None and open_["store_growth_mb"] is None
+    # A PostgreSQL row's store is compared with its own reference there.
+    pg = row(0.8) | {"store_mb": 8.2, "store_reference": {"store_mb": 8.0}}
+    _compare(pg, {"final_accuracy": 0.8, "store_mb": 1.0})
+    assert pg["store_growth_mb"] == 0.2
+
+
+def test_the_run_facts_and_a_skipped_row_never_pass_as_blocked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Attacker.judge`` can only take a verdict away (an exception is an open
+    verdict); a row that could not run (no PostgreSQL) is skipped, not blocked."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.attackers_bounds import BOUNDS_ATTACKS
+    from bench.attacks_live import _judge, _skipped
+
+    class Judge:
+        def __init__(self, verdict: object) -> None:
+            self.verdict = verdict
+
+        def judge(self, row: dict) -> dict:
+            if isinstance(self.verdict, Exception):
+                raise self.verdict
+            return {"blocked": self.verdict, "fact": 1}
+
+    def judged(before: bool | None, verdict: object) -> bool | None:
+        row = {"blocked": before, "evidence": {}}
+        _judge(Judge(verdict), row)  # type: ignore[arg-type]
+        return row["blocked"]
+
+    assert judged(True, True) is True
+    assert judged(True, False) is False
+    assert judged(False, True) is False
+    assert judged(None, True) is None
+    assert judged(True, RuntimeError("no log")) is None
+    skipped = _skipped("pg_int_overflow", BOUNDS_ATTACKS["pg_int_overflow"], "none")
+    assert skipped["blocked"] is None and skipped["skipped"] == "none"
+
+
+def test_slot_hoarding_counts_uploads_held_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Streams that held a slot overlap by less than the margin when one ends
+    as the next begins; two held together count as two."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.attackers_bounds import max_overlap
+
+    assert max_overlap([]) == 0
+    assert max_overlap([(0.0, 10.0), (9.8, 20.0), (19.9, 30.0)]) == 1
+    assert max_overlap([(0.0, 10.0), (2.0, 12.0)]) == 2
+    assert max_overlap([(0.0, 0.5), (0.1, 0.6)]) == 0  # too short to have held
