@@ -10,6 +10,7 @@ import os
 import platform
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ __all__ = [
     "peak_rss_mb",
     "round_progress",
     "shared_machine",
+    "source_state",
     "tiny_parser",
     "write_results",
 ]
@@ -34,14 +36,35 @@ __all__ = [
 MB = 1e6
 
 
+def source_state() -> dict[str, Any]:
+    """The commit the benchmark's code is at and whether tracked files differ
+    from it (a result from a dirty tree says so)."""
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=repo, capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "tree_dirty": None if status is None else bool(status)}
+
+
 def environment(started: float, **versions: str) -> dict[str, Any]:
-    """Library versions, machine and wall time since ``started`` (perf_counter)."""
+    """Library versions, machine, the code's commit, and wall time since
+    ``started`` (perf_counter)."""
     return {
         "torch": torch.__version__,
         **versions,
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        **source_state(),
         "wall_seconds": time.perf_counter() - started,
     }
 
