@@ -62,13 +62,14 @@ from bench.deploy import (
 )
 from fedplat.compression import dense_payload
 from fedplat.gossip.client import PeerClient, channel_options
-from fedplat.gossip.messages import ModelHeader, PeerAddress, PeerStatus
 from fedplat.gossip.pki import ClusterFiles, make_cluster
 from fedplat.gossip.scenario import ModelSpec
 from fedplat.gossip.server import SERVICE
 from fedplat.gossip.setup import build_model
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls, open_channel
+from fedplat.protocol.errors import FedplatError
+from fedplat.protocol.peer import ModelHeader, PeerAddress, PeerStatus
 from fedplat.security.certs import issue
 from fedplat.security.identity import Identity
 from fedplat.testing.peer import (
@@ -78,7 +79,6 @@ from fedplat.testing.peer import (
     send_raw,
     valid_peer_requests,
 )
-from fedplat.transport.errors import FedplatError
 from fedplat.vectors import Layout, layout_of
 
 IDS = ("0", "1", "2")

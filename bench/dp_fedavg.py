@@ -3,7 +3,7 @@
 Every row runs through :func:`fedplat.sim.simulate`: the real round driver with
 Poisson sampling (``selection.sampling: poisson``), the real client SDK (signed
 uploads, the uplink layer's count-sketch), the intake clipping each update (or
-sketch) and the DP-FedAvg release of :mod:`fedplat.uplink.central` (noise once on
+sketch) and the DP-FedAvg release of :mod:`fedplat.server.central_dp` (noise once on
 the clipped sum, fixed denominator ``q N``, sketch sums noised in sketch space and
 de-sketched once), epsilon from Opacus's RDP accountant as the coordinator stored
 it (``privacy.epsilon`` of the last round), and a SQLite store. Uplink bytes are

@@ -119,10 +119,10 @@ async def one_client(
     from fedplat.proto import fedplat_pb2 as pb
     from fedplat.proto import fedplat_pb2_grpc as pb_grpc
     from fedplat.proto import serde
+    from fedplat.protocol.messages import PAYLOAD_V1
     from fedplat.security.identity import ENROL, UPDATE, Identity, statement
     from fedplat.testing.protocol import RawClient, dense_payload_bytes
     from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
-    from fedplat.transport.messages import PAYLOAD_V1
 
     ident = Identity.generate()
     key = ident.public_key

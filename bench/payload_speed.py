@@ -52,9 +52,9 @@ def payload_ops(numel: int, chunk: int) -> dict[str, Callable[[], object]]:
     from bench.fleet import flat_model
     from fedplat.proto import fedplat_pb2 as pb
     from fedplat.proto import streams
-    from fedplat.transport.messages import ModelPayload, UpdateHeader
-    from fedplat.uplink.body import dense_body
-    from fedplat.uplink.decode import PayloadSink
+    from fedplat.protocol.body import dense_body
+    from fedplat.protocol.codec import PayloadSink
+    from fedplat.protocol.messages import ModelPayload, UpdateHeader
     from fedplat.vectors import layout_of
 
     layout = layout_of(flat_model((1, 8, 8), 10, numel))

@@ -43,10 +43,10 @@ import torch
 from fedplat.client.backoff import Backoff
 from fedplat.client.middleware import ByteCounter, Middleware, chain
 from fedplat.client.secagg import SecAggParticipant, secagg_vector
+from fedplat.client.uplink import UplinkLayer
 
-from fedplat.security.identity import ENROL, UPDATE, Identity
-from fedplat.transport.base import DEFAULT_STREAM_WINDOW, Connection
-from fedplat.transport.errors import (
+from fedplat.protocol.body import EncodedBody, dense_body
+from fedplat.protocol.errors import (
     DuplicateUpdate,
     FedplatError,
     InvalidArgument,
@@ -58,7 +58,7 @@ from fedplat.transport.errors import (
     Unavailable,
     UnknownClient,
 )
-from fedplat.transport.messages import (
+from fedplat.protocol.messages import (
     PAYLOAD_V1,
     EnrollRequest,
     OutgoingUpdate,
@@ -68,8 +68,8 @@ from fedplat.transport.messages import (
     UploadAck,
     update_statement,
 )
-from fedplat.uplink.body import EncodedBody, dense_body
-from fedplat.uplink.client import UplinkLayer
+from fedplat.security.identity import ENROL, UPDATE, Identity
+from fedplat.transport.base import DEFAULT_STREAM_WINDOW, Connection
 from fedplat.vectors import (
     Layout,
     all_finite,

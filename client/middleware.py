@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from fedplat.transport.messages import OutgoingUpdate, Send, UploadAck
+from fedplat.protocol.messages import OutgoingUpdate, Send, UploadAck
 
 log = logging.getLogger("fedplat.client")
 

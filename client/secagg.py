@@ -1,6 +1,6 @@
 """A client's part in a round's secure aggregation (``privacy.secure_aggregation``).
 
-When a task carries a :class:`fedplat.uplink.task.SecAggSpec` the client does not
+When a task carries a :class:`fedplat.protocol.task.SecAggSpec` the client does not
 upload its update. It clips the update (or, with a sketch compressor, its
 sketch) to the round's clip norm, appends ``clip_norm * [not clipped]`` under
 adaptive clipping, and runs SecAgg / SecAgg+ (:class:`fedplat.secagg.SecAggClient`)
@@ -16,18 +16,18 @@ from __future__ import annotations
 import logging
 
 import torch
+from fedplat.client.uplink import UplinkLayer
 
 from fedplat.privacy import clip_l2
-from fedplat.secagg import SecAggClient, SecAggConfig, SecAggError, decode, encode
-from fedplat.security.identity import SECAGG, Identity
-from fedplat.transport.base import Connection
-from fedplat.transport.messages import (
+from fedplat.protocol.messages import (
     SecAggReplyKind,
     SecAggRequest,
     Task,
     secagg_statement,
 )
-from fedplat.uplink.client import UplinkLayer
+from fedplat.secagg import SecAggClient, SecAggConfig, SecAggError, decode, encode
+from fedplat.security.identity import SECAGG, Identity
+from fedplat.transport.base import Connection
 from fedplat.vectors import all_finite
 
 log = logging.getLogger("fedplat.client")

@@ -29,7 +29,7 @@ from fedplat.store import (
     Verdict,
 )
 
-# Metric names written by central DP (fedplat.uplink.central, which imports torch);
+# Metric names written by central DP (fedplat.server.central_dp, which imports torch);
 # readers spell them out once here.
 METRIC_EPSILON = "privacy.epsilon"
 #: Recorded instead of ``privacy.epsilon`` in a round whose ε the accountant could

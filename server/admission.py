@@ -38,16 +38,16 @@ from collections.abc import Callable
 from fedplat.server.config import RunConfig
 from fedplat.server.ratelimit import TokenBucket
 
-from fedplat.store import Store
-from fedplat.store.clients import TOKEN_PREFIX, token_hash
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     FedplatError,
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
     UnknownClient,
 )
-from fedplat.transport.messages import Challenge, EnrollRequest
+from fedplat.protocol.messages import Challenge, EnrollRequest
+from fedplat.store import Store
+from fedplat.store.clients import TOKEN_PREFIX, token_hash
 
 # version, issuer (random per coordinator process), expiry (ms since the
 # epoch), random

@@ -5,11 +5,11 @@ plan and the server optimizer's state: pre-aggregators + rule (or the exact
 mean from a running sum, de-sketched once when the sum is of sketches) -> server
 optimizer. Under central DP the running sum of clipped updates (or sketches) is
 released by DP-FedAvg's fixed-denominator estimator
-(:meth:`fedplat.uplink.central.CentralDP.release`): noise once on the sum,
+(:meth:`fedplat.server.central_dp.CentralDP.release`): noise once on the sum,
 divided by ``q N``, de-sketched after; the release is accounted when the round is
 written. It returns the new weights, the aggregate, and one typed
 :class:`~fedplat.store.Verdict` per accepted client. Central DP clipping already
-happened per row at intake (:meth:`fedplat.uplink.server.UplinkPlan.clip_row`).
+happened per row at intake (:meth:`fedplat.server.uplink_plan.UplinkPlan.clip_row`).
 
 The round's bounds (:mod:`fedplat.server.bounds`) were applied by the
 accumulator; here they become each client's verdict: ``"norm-bounded"`` (the
@@ -31,11 +31,11 @@ from fedplat.server.accumulator import (
     RowStack,
     RunningSum,
 )
+from fedplat.server.central_dp import Release
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.uplink_plan import UplinkPlan
 
 from fedplat.store import Verdict
-from fedplat.uplink.central import Release
-from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import all_finite
 
 

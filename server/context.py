@@ -21,6 +21,7 @@ from fedplat.server.evaluation import Evaluator, build_model, validate_run
 from fedplat.server.optimizers import ServerOptimizer
 from fedplat.server.recorder import Recorder
 from fedplat.server.runstate import RunState, open_run
+from fedplat.server.uplink_plan import UplinkPlan
 
 from fedplat.contribution import (
     ContributionAccountant,
@@ -28,9 +29,8 @@ from fedplat.contribution import (
     make_utility_from_metric,
 )
 from fedplat.contribution.utility import UtilityFn
+from fedplat.protocol.messages import ModelPayload
 from fedplat.store import Store
-from fedplat.transport.messages import ModelPayload
-from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import Layout, flatten, layout_of
 
 

@@ -14,7 +14,7 @@ Parts with one job each (docs/architecture.md):
 
 :class:`Coordinator` exposes the client-facing calls transport-neutrally (the
 in-memory transport calls them directly; the gRPC servicer uses the same parts,
-streaming). Domain errors (:mod:`fedplat.transport.errors`) carry the reason a
+streaming). Domain errors (:mod:`fedplat.protocol.errors`) carry the reason a
 client sees.
 """
 
@@ -35,17 +35,14 @@ from fedplat.server.intake import Intake, Upload
 from fedplat.server.registry import ClientRegistry, ClientState, PeerIdentity, Rejection
 
 from fedplat.proto import serde, streams
-from fedplat.secagg import SecAggError
-from fedplat.security.identity import SECAGG, verify
-from fedplat.store import Store
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     FedplatError,
     InvalidArgument,
     PermissionDenied,
     ResourceExhausted,
     StaleUpdate,
 )
-from fedplat.transport.messages import (
+from fedplat.protocol.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
@@ -59,7 +56,10 @@ from fedplat.transport.messages import (
     UploadAck,
     secagg_statement,
 )
-from fedplat.uplink.task import SecAggSpec
+from fedplat.protocol.task import SecAggSpec
+from fedplat.secagg import SecAggError
+from fedplat.security.identity import SECAGG, verify
+from fedplat.store import Store
 
 #: Client metric reports kept per client (one per task it took part in).
 MAX_REPORTS_REMEMBERED = 10_000

@@ -11,7 +11,7 @@ open (a stolen session cannot burn a client's round); after it, the update is
 the key holder's, and its failures are recorded as the client's.
 
 :class:`Upload` then hashes each piece as it arrives and decodes it straight into
-the client's row (:mod:`fedplat.uplink.decode`); :meth:`Upload.finish` checks the
+the client's row (:mod:`fedplat.protocol.codec`); :meth:`Upload.finish` checks the
 digest, finiteness and magnitude, clips for central DP, caps the weight (the
 token's, the run's and the round's cap, :mod:`fedplat.server.bounds`) and hands
 the row and its norm to the round's accumulator, which bounds the norm.
@@ -34,10 +34,11 @@ from fedplat.server.accumulator import Accepted
 from fedplat.server.board import Assignment, RoundState, TaskBoard
 from fedplat.server.config import RunConfig
 from fedplat.server.registry import ClientRegistry, ClientState, Rejection
+from fedplat.server.uplink_plan import UplinkPlan
 
 from fedplat.compression.wire import PayloadError
-from fedplat.security.identity import UPDATE, verify
-from fedplat.transport.errors import (
+from fedplat.protocol.codec import PayloadSink, check_payload_size, max_payload_bytes
+from fedplat.protocol.errors import (
     DuplicateUpdate,
     FedplatError,
     InvalidArgument,
@@ -45,14 +46,13 @@ from fedplat.transport.errors import (
     ResourceExhausted,
     StaleUpdate,
 )
-from fedplat.transport.messages import (
+from fedplat.protocol.messages import (
     PAYLOAD_V1,
     UpdateHeader,
     UploadAck,
     update_statement,
 )
-from fedplat.uplink.decode import PayloadSink, check_payload_size, max_payload_bytes
-from fedplat.uplink.server import UplinkPlan
+from fedplat.security.identity import UPDATE, verify
 from fedplat.vectors import Layout, all_finite, count_nonfinite
 
 

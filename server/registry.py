@@ -37,11 +37,7 @@ from dataclasses import dataclass, field
 from fedplat.server.admission import UNKNOWN_ID, Gate
 from fedplat.server.config import RunConfig
 
-from fedplat.security.certs import CertError, fingerprint
-from fedplat.security.identity import ENROL, verify
-from fedplat.store import ClientRecord, Store, StoreError
-from fedplat.store.clients import TokenError
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     FedplatError,
     InvalidArgument,
     PermissionDenied,
@@ -49,7 +45,11 @@ from fedplat.transport.errors import (
     Unauthenticated,
     UnknownClient,
 )
-from fedplat.transport.messages import Challenge, Enrollment, EnrollRequest
+from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
+from fedplat.security.certs import CertError, fingerprint
+from fedplat.security.identity import ENROL, verify
+from fedplat.store import ClientRecord, Store, StoreError
+from fedplat.store.clients import TokenError
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.server.registry")

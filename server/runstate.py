@@ -19,9 +19,9 @@ from fedplat.aggregators import Aggregator
 from fedplat.server.checkpoint import CheckpointError, load_checkpoint
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.uplink_plan import UplinkPlan
 
 from fedplat.store import RunRecord, Store
-from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.server")

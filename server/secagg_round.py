@@ -34,6 +34,7 @@ import torch
 from fedplat.server.accumulator import Accepted, MaskedSum
 from fedplat.server.registry import Rejection
 
+from fedplat.protocol.messages import SecAggReply, SecAggReplyKind
 from fedplat.secagg import (
     SecAggAborted,
     SecAggConfig,
@@ -44,13 +45,11 @@ from fedplat.secagg import (
     decode,
     encode,
 )
-from fedplat.transport.messages import SecAggReply, SecAggReplyKind
 
 if TYPE_CHECKING:
     from fedplat.server.board import RoundState
     from fedplat.server.recorder import Recorder
-
-    from fedplat.uplink.server import UplinkPlan
+    from fedplat.server.uplink_plan import UplinkPlan
 
 __all__ = ["SecAggRound", "settle_secagg"]
 

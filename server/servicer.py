@@ -36,15 +36,15 @@ from fedplat.server.wire import MessageLimits, peer_address, read_one
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import serde, streams
 from fedplat.proto.streams import GRPC_FRAME_BYTES, Malformed
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     FedplatError,
     InvalidArgument,
     ResourceExhausted,
     Unauthenticated,
 )
+from fedplat.protocol.messages import SecAggReplyKind, Task, is_client_id
 from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
 from fedplat.transport.limits import RefusalLog, StreamSlots
-from fedplat.transport.messages import SecAggReplyKind, Task, is_client_id
 from fedplat.transport.status import status_of
 
 log = logging.getLogger("fedplat.server.grpc")

@@ -60,8 +60,8 @@ from fedplat.server.coordinator import Coordinator
 from fedplat.server.driver import RoundDriver
 from fedplat.server.runstate import RunState, now_utc
 
-from fedplat.transport.errors import FedplatError, StaleUpdate
-from fedplat.transport.messages import Task
+from fedplat.protocol.errors import FedplatError, StaleUpdate
+from fedplat.protocol.messages import Task
 from fedplat.vectors import flatten, load_vector
 
 log = logging.getLogger("fedplat.server.upstream")

@@ -37,7 +37,7 @@ from grpc_health.v1 import health, health_pb2
 from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto.streams import Malformed, parse_chunk, parse_or_malformed
-from fedplat.transport.errors import InvalidArgument, ResourceExhausted
+from fedplat.protocol.errors import InvalidArgument, ResourceExhausted
 
 log = logging.getLogger("fedplat.server.grpc")
 

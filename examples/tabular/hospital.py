@@ -21,7 +21,7 @@ from app import load_rows, model_factory  # this folder is on sys.path as a scri
 from fedplat.client import Client, FitResult
 from torch import nn
 
-from fedplat.transport.errors import FedplatError
+from fedplat.protocol.errors import FedplatError
 
 
 def make_train(x: torch.Tensor, y: torch.Tensor):  # type: ignore[no-untyped-def]

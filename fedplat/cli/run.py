@@ -17,7 +17,7 @@ from fedplat.cli.common import (
     add_partition_arg,
     json_arg,
 )
-from fedplat.transport.errors import FedplatError
+from fedplat.protocol.errors import FedplatError
 
 log = logging.getLogger("fedplat.cli")
 

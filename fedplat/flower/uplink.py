@@ -26,8 +26,9 @@ from fedplat.compression import (
     create_compressor,
 )
 from fedplat.config import Strict, validation_message
-from fedplat.privacy import GaussianMechanism, PrivacyError, privatize_payload
+from fedplat.privacy import GaussianMechanism, PrivacyError
 from fedplat.privacy.config import PrivacySection
+from fedplat.protocol.codec import encode_payload
 from fedplat.server.config import CompressionSection
 from fedplat.vectors import Layout
 
@@ -127,16 +128,21 @@ def encode_update(
     round: int,
     noise: torch.Generator,
 ) -> bytes:
-    """Client half: compress (and, for local DP, clip and noise) ``update`` ``[d]``.
+    """Client half: compress (and, for local DP, clip and noise) ``update`` ``[d]``
+    (:func:`fedplat.protocol.codec.encode_payload`, as the SDK encodes).
 
-    ``compressor`` keeps its state (error feedback, DGC momentum) across calls;
-    ``noise`` is the client's own DP generator.
+        ``compressor`` keeps its state (error feedback, DGC momentum) across calls;
+        ``noise`` is the client's own DP generator.
     """
     try:
-        payload = compressor.encode(update, round=round, seed=spec.seed)
-        mech = spec.mechanism()
-        if mech is not None:
-            payload = privatize_payload(payload, mech, generator=noise)
+        payload = encode_payload(
+            compressor,
+            update,
+            round=round,
+            seed=spec.seed,
+            mechanism=spec.mechanism(),
+            generator=noise,
+        )
     except (CompressionError, PayloadError, PrivacyError) as exc:
         raise UplinkError(f"cannot encode the update: {exc}") from exc
     return payload.to_bytes()

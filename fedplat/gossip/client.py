@@ -6,7 +6,7 @@ plaintext. It signs every request with the caller's identity
 (:class:`~fedplat.gossip.signing.Signer`) and checks every answer that carries
 state: a ``Hello`` answer and a pulled model must be signed by the callee's
 pinned key and repeat the request's nonce. gRPC errors come back as
-:mod:`fedplat.transport.errors` (``InvalidArgument``, ``PermissionDenied``,
+:mod:`fedplat.protocol.errors` (``InvalidArgument``, ``PermissionDenied``,
 ``StaleUpdate``, ``Unavailable``, ...) with the peer's reason.
 """
 
@@ -19,7 +19,13 @@ from typing import TypeVar
 import grpc
 
 from fedplat.gossip.membership import Member, Membership
-from fedplat.gossip.messages import (
+from fedplat.gossip.signing import Signer, hello_reply_signed_by, model_signed_by
+from fedplat.gossip.tls import PeerTls, open_channel
+from fedplat.proto import peer_pb2 as pb
+from fedplat.proto import peer_pb2_grpc as pb_grpc
+from fedplat.proto import peer_serde as serde
+from fedplat.protocol.errors import PermissionDenied
+from fedplat.protocol.peer import (
     Hello,
     HelloReply,
     ModelHeader,
@@ -29,12 +35,6 @@ from fedplat.gossip.messages import (
     PingReply,
     PushReply,
 )
-from fedplat.gossip.signing import Signer, hello_reply_signed_by, model_signed_by
-from fedplat.gossip.tls import PeerTls, open_channel
-from fedplat.proto import peer_pb2 as pb
-from fedplat.proto import peer_pb2_grpc as pb_grpc
-from fedplat.proto import peer_serde as serde
-from fedplat.transport.errors import PermissionDenied
 from fedplat.transport.status import error_from_rpc
 
 __all__ = ["PeerClient", "channel_options"]

@@ -15,7 +15,7 @@ A call is admitted when, in this order:
    not older than the last round accepted from that sender.
 
 Steps 1-4 fail with :class:`~fedplat.gossip.errors.PermissionDenied`, step 5
-with :class:`~fedplat.transport.errors.StaleUpdate` (``FAILED_PRECONDITION``).
+with :class:`~fedplat.protocol.errors.StaleUpdate` (``FAILED_PRECONDITION``).
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable
 
 from fedplat.gossip.membership import Member, Membership
-from fedplat.gossip.messages import CallAuth, Hello, ModelHeader
 from fedplat.gossip.signing import (
     ReplayGuard,
     call_signed_by,
     hello_signed_by,
     model_signed_by,
 )
+from fedplat.protocol.errors import PermissionDenied, StaleUpdate
+from fedplat.protocol.peer import CallAuth, Hello, ModelHeader
 from fedplat.security.certs import CertInfo, peer_dns_name
-from fedplat.transport.errors import PermissionDenied, StaleUpdate
 
 __all__ = ["Admission"]
 

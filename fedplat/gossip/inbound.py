@@ -20,7 +20,13 @@ import torch
 from fedplat.compression import dense_payload
 from fedplat.gossip.links import ReferenceMismatch
 from fedplat.gossip.membership import Member
-from fedplat.gossip.messages import (
+from fedplat.proto.peer_serde import check_model_size
+from fedplat.protocol.errors import (
+    InvalidArgument,
+    StaleUpdate,
+    UnknownClient,
+)
+from fedplat.protocol.peer import (
     CallAuth,
     Hello,
     HelloReply,
@@ -30,12 +36,6 @@ from fedplat.gossip.messages import (
     PeerStatus,
     PingReply,
     PushReply,
-)
-from fedplat.proto.peer_serde import check_model_size
-from fedplat.transport.errors import (
-    InvalidArgument,
-    StaleUpdate,
-    UnknownClient,
 )
 
 if TYPE_CHECKING:

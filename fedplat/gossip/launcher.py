@@ -36,7 +36,6 @@ from fedplat.compression import Payload
 from fedplat.data import load_dataset
 from fedplat.gossip import mixing as mx
 from fedplat.gossip.client import PeerClient
-from fedplat.gossip.messages import PeerStatus
 from fedplat.gossip.network import GraphChange, NetworkState
 from fedplat.gossip.pki import OBSERVER, make_cluster
 from fedplat.gossip.recorder import GossipRecorder
@@ -45,6 +44,7 @@ from fedplat.gossip.setup import build_model
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.sim import RoundMetrics
 from fedplat.gossip.topology import components, edge_list
+from fedplat.protocol.peer import PeerStatus
 from fedplat.vectors import layout_of
 
 __all__ = ["LaunchResult", "LaunchRound", "ProcessLauncher"]

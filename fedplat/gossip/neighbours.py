@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedplat.gossip.messages import NeighbourView, PeerAddress
+from fedplat.protocol.peer import NeighbourView, PeerAddress
 
 __all__ = ["Neighbour", "NeighbourTable", "Transition"]
 

@@ -48,7 +48,6 @@ from fedplat.gossip.config import PeerConfig
 from fedplat.gossip.guard import Admission
 from fedplat.gossip.inbound import Inbound
 from fedplat.gossip.links import LinkDecoder, make_compressor
-from fedplat.gossip.messages import PeerStatus
 from fedplat.gossip.neighbours import NeighbourTable
 from fedplat.gossip.network import NetworkState
 from fedplat.gossip.outbound import Outbound
@@ -60,7 +59,8 @@ from fedplat.gossip.signing import Signer
 from fedplat.gossip.state import PeerState
 from fedplat.models import evaluate, train_epochs
 from fedplat.proto.serde import layout_to_proto
-from fedplat.transport.errors import FedplatError
+from fedplat.protocol.errors import FedplatError
+from fedplat.protocol.peer import PeerStatus
 from fedplat.transport.limits import RefusalLog
 from fedplat.vectors import flatten, layout_of, load_vector
 

@@ -22,15 +22,15 @@ from fedplat.compression import Payload, PayloadError
 from fedplat.gossip.client import PeerClient
 from fedplat.gossip.config import parse_seed
 from fedplat.gossip.links import LinkEncoder
-from fedplat.gossip.messages import HelloReply, ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.mixing import push_sum_share
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     FedplatError,
     InvalidArgument,
     StaleUpdate,
     Unavailable,
     UnknownClient,
 )
+from fedplat.protocol.peer import HelloReply, ModelHeader, ModelMessage, PeerAddress
 
 if TYPE_CHECKING:
     from fedplat.gossip.node import PeerNode

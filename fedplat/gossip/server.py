@@ -39,7 +39,7 @@ from fedplat.gossip.tls import PeerTls, caller_certificate
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
 from fedplat.proto.streams import BodyBuffer, Malformed, parse_chunk, parse_or_malformed
-from fedplat.transport.errors import FedplatError, InvalidArgument, ResourceExhausted
+from fedplat.protocol.errors import FedplatError, InvalidArgument, ResourceExhausted
 from fedplat.transport.limits import StreamSlots
 from fedplat.transport.status import status_of
 

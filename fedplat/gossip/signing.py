@@ -1,21 +1,10 @@
-"""Signed peer exchanges: what each message's signature covers, and freshness.
+"""Signed peer exchanges: signing, checking signatures, and freshness.
 
 Every peer holds an Ed25519 identity (:class:`fedplat.security.identity.Identity`,
 its key kept in the peer's state folder) whose public half the membership pins.
-A signature covers a domain-separated statement
-(:func:`fedplat.security.identity.statement`) of:
-
-* ``Hello`` (``PEER_HELLO``): sender id and address, receiver id, round, layout
-  fingerprint, link wish, timestamp, nonce;
-* its answer (``PEER_HELLO``, marked ``"reply"``): responder id and address,
-  round, layout fingerprint, whether it linked, the peers it lists, and the
-  request's nonce;
-* a model header (``PEER_MODEL``): sender, receiver, round, layout fingerprint,
-  mixing inputs (examples, degree, push-sum weight), link reference versions,
-  payload size and SHA-256, timestamp, nonce (a pull's answer repeats the
-  request's nonce);
-* a ping, pull or status call (``PEER_CALL``): the call's name, sender,
-  receiver, round, timestamp, nonce.
+What each message's signature covers is the peer protocol's knowledge
+(:mod:`fedplat.protocol.peer`: ``hello_statement`` and its siblings); this module
+signs those statements (:class:`Signer`) and verifies them (``*_signed_by``).
 
 Naming the receiver stops a message sent to one peer from being replayed to
 another; the timestamp and nonce (:class:`ReplayGuard`) stop it from being
@@ -26,24 +15,31 @@ from __future__ import annotations
 
 import math
 import secrets
-import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 
-from fedplat.gossip.messages import CallAuth, Hello, HelloReply, ModelHeader
+from fedplat.protocol.peer import (
+    NONCE_BYTES,
+    CallAuth,
+    Hello,
+    HelloReply,
+    ModelHeader,
+    call_statement,
+    hello_reply_statement,
+    hello_statement,
+    model_statement,
+)
 from fedplat.security.identity import (
     PEER_CALL,
     PEER_HELLO,
     PEER_MODEL,
-    Field,
     Identity,
     verify,
 )
 
 __all__ = [
-    "NONCE_BYTES",
     "ReplayGuard",
     "Signer",
     "call_signed_by",
@@ -51,59 +47,6 @@ __all__ = [
     "hello_signed_by",
     "model_signed_by",
 ]
-
-NONCE_BYTES = 16
-
-
-def _hello_fields(h: Hello) -> tuple[Field, ...]:
-    return (
-        "hello",
-        h.sender.node_id,
-        h.sender.address,
-        h.receiver_id,
-        h.round,
-        h.layout_fingerprint,
-        int(h.want_link),
-        h.timestamp_ms,
-        h.nonce,
-    )
-
-
-def _reply_fields(r: HelloReply) -> tuple[Field, ...]:
-    known = tuple(f for p in r.known for f in (p.node_id, p.address))
-    return (
-        "reply",
-        r.responder.node_id,
-        r.responder.address,
-        r.round,
-        r.layout_fingerprint,
-        int(r.linked),
-        len(r.known),
-        *known,
-        r.request_nonce,
-    )
-
-
-def _model_fields(h: ModelHeader, fingerprint: str) -> tuple[Field, ...]:
-    return (
-        h.sender_id,
-        h.receiver_id,
-        h.round,
-        fingerprint,
-        h.num_examples,
-        h.degree,
-        struct.pack("<d", h.push_weight),
-        h.base_version,
-        h.version,
-        h.total_bytes,
-        h.sha256,
-        h.timestamp_ms,
-        h.nonce,
-    )
-
-
-def _call_fields(rpc: str, c: CallAuth) -> tuple[Field, ...]:
-    return (rpc, c.sender_id, c.receiver_id, c.round, c.timestamp_ms, c.nonce)
 
 
 class Signer:
@@ -131,11 +74,13 @@ class Signer:
     def hello(self, h: Hello) -> Hello:
         ts, nonce = self.fresh()
         h = replace(h, timestamp_ms=ts, nonce=nonce, signature=b"")
-        return replace(h, signature=self.identity.sign(PEER_HELLO, *_hello_fields(h)))
+        return replace(h, signature=self.identity.sign(PEER_HELLO, *hello_statement(h)))
 
     def hello_reply(self, r: HelloReply, request_nonce: bytes) -> HelloReply:
         r = replace(r, request_nonce=request_nonce, signature=b"")
-        return replace(r, signature=self.identity.sign(PEER_HELLO, *_reply_fields(r)))
+        return replace(
+            r, signature=self.identity.sign(PEER_HELLO, *hello_reply_statement(r))
+        )
 
     def model(
         self, h: ModelHeader, fingerprint: str, nonce: bytes | None = None
@@ -143,31 +88,31 @@ class Signer:
         """Sign a model header; ``nonce`` repeats a pull request's nonce."""
         ts, fresh_nonce = self.fresh()
         h = replace(h, timestamp_ms=ts, nonce=nonce or fresh_nonce, signature=b"")
-        sig = self.identity.sign(PEER_MODEL, *_model_fields(h, fingerprint))
+        sig = self.identity.sign(PEER_MODEL, *model_statement(h, fingerprint))
         return replace(h, signature=sig)
 
     def call(self, rpc: str, receiver_id: str, round: int) -> CallAuth:
         ts, nonce = self.fresh()
         c = CallAuth(self.node_id, receiver_id, round, ts, nonce)
         return replace(
-            c, signature=self.identity.sign(PEER_CALL, *_call_fields(rpc, c))
+            c, signature=self.identity.sign(PEER_CALL, *call_statement(rpc, c))
         )
 
 
 def hello_signed_by(public_key: bytes, h: Hello) -> bool:
-    return verify(public_key, h.signature, PEER_HELLO, *_hello_fields(h))
+    return verify(public_key, h.signature, PEER_HELLO, *hello_statement(h))
 
 
 def hello_reply_signed_by(public_key: bytes, r: HelloReply) -> bool:
-    return verify(public_key, r.signature, PEER_HELLO, *_reply_fields(r))
+    return verify(public_key, r.signature, PEER_HELLO, *hello_reply_statement(r))
 
 
 def model_signed_by(public_key: bytes, h: ModelHeader, fingerprint: str) -> bool:
-    return verify(public_key, h.signature, PEER_MODEL, *_model_fields(h, fingerprint))
+    return verify(public_key, h.signature, PEER_MODEL, *model_statement(h, fingerprint))
 
 
 def call_signed_by(public_key: bytes, rpc: str, c: CallAuth) -> bool:
-    return verify(public_key, c.signature, PEER_CALL, *_call_fields(rpc, c))
+    return verify(public_key, c.signature, PEER_CALL, *call_statement(rpc, c))
 
 
 class ReplayGuard:

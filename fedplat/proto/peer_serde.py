@@ -2,7 +2,7 @@
 
 Paired ``x_to_proto`` / ``x_from_proto`` functions. The ``*_from_proto`` ones face
 the network: they check every field's shape and size and raise
-:class:`~fedplat.transport.errors.InvalidArgument` with a reason; whether a
+:class:`~fedplat.protocol.errors.InvalidArgument` with a reason; whether a
 message is *allowed* (membership, signature, freshness) is decided by
 :mod:`fedplat.gossip.guard`. A model stream is refused from its header alone
 when it declares more bytes than the receiver accepts, and while streaming as
@@ -14,7 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 
-from fedplat.gossip.messages import (
+from fedplat.proto import peer_pb2 as pb
+from fedplat.proto.serde import layout_from_proto, layout_to_proto
+from fedplat.proto.streams import BodyBuffer
+from fedplat.protocol.errors import InvalidArgument, ResourceExhausted
+from fedplat.protocol.peer import (
+    NONCE_BYTES,
     CallAuth,
     Hello,
     HelloReply,
@@ -26,12 +31,7 @@ from fedplat.gossip.messages import (
     PingReply,
     PushReply,
 )
-from fedplat.gossip.signing import NONCE_BYTES
-from fedplat.proto import peer_pb2 as pb
-from fedplat.proto.serde import layout_from_proto, layout_to_proto
-from fedplat.proto.streams import BodyBuffer
 from fedplat.security.identity import SIGNATURE_BYTES
-from fedplat.transport.errors import InvalidArgument, ResourceExhausted
 
 MAX_NAME_LEN = 256
 MAX_KNOWN_PEERS = 1024

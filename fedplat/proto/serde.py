@@ -1,7 +1,7 @@
 """The only module that converts between protobuf messages and fedplat's domain types.
 
 Paired ``x_to_proto`` / ``x_from_proto`` functions. ``*_from_proto`` functions face the
-network: they validate and raise :class:`~fedplat.transport.errors.InvalidArgument`
+network: they validate and raise :class:`~fedplat.protocol.errors.InvalidArgument`
 with a reason instead of letting malformed input travel further.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
-from fedplat.transport.errors import InvalidArgument
-from fedplat.transport.messages import (
+from fedplat.protocol.errors import InvalidArgument
+from fedplat.protocol.messages import (
     MAX_EXAMPLES,
     Challenge,
     Enrollment,
@@ -27,7 +27,7 @@ from fedplat.transport.messages import (
     client_name_problem,
     is_client_id,
 )
-from fedplat.uplink.task import TaskConfig, TaskConfigError
+from fedplat.protocol.task import TaskConfig, TaskConfigError
 from fedplat.vectors import Layout, LayoutError, TensorSpec
 
 MAX_LAYOUT_TENSORS = 100_000

@@ -31,9 +31,9 @@ from fedplat.proto.serde import (
     layout_from_proto,
     layout_to_proto,
 )
-from fedplat.transport.errors import InvalidArgument
-from fedplat.transport.messages import DENSE_F32, PAYLOAD_V1, ModelPayload, UpdateHeader
-from fedplat.uplink.body import EncodedBody
+from fedplat.protocol.body import EncodedBody
+from fedplat.protocol.errors import InvalidArgument
+from fedplat.protocol.messages import DENSE_F32, PAYLOAD_V1, ModelPayload, UpdateHeader
 from fedplat.vectors import Layout
 
 # -- framing -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 
 from fedplat.aggregators.attacks import Attack, create_attack
 from fedplat.client.middleware import OutgoingUpdate, Send
-from fedplat.transport.messages import UploadAck
+from fedplat.protocol.messages import UploadAck
 
 
 class Coalition:

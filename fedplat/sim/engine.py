@@ -27,14 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fedplat.client import Client
+from fedplat.protocol.errors import Unauthenticated, UnknownClient
+from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
 from fedplat.server.board import RoundState
 from fedplat.server.config import RunConfig
 from fedplat.server.coordinator import Coordinator, RoundOutcome
 from fedplat.server.evaluation import Evaluator
 from fedplat.server.registry import PeerIdentity
 from fedplat.store import Store
-from fedplat.transport.errors import Unauthenticated, UnknownClient
-from fedplat.transport.messages import Challenge, Enrollment, EnrollRequest
 
 #: Virtual seconds a round lasts (its deadline never passes on the virtual clock).
 ROUND_SECONDS = 1.0

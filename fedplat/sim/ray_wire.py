@@ -28,14 +28,14 @@ import torch
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import serde, streams
 from fedplat.proto.streams import Malformed, ModelInfo
-from fedplat.server.coordinator import Coordinator
-from fedplat.transport.errors import (
+from fedplat.protocol.body import EncodedBody
+from fedplat.protocol.errors import (
     ERRORS_BY_CODE,
     FedplatError,
     InvalidArgument,
     Unauthenticated,
 )
-from fedplat.transport.messages import (
+from fedplat.protocol.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
@@ -43,7 +43,7 @@ from fedplat.transport.messages import (
     UpdateHeader,
     UploadAck,
 )
-from fedplat.uplink.body import EncodedBody
+from fedplat.server.coordinator import Coordinator
 
 #: ``("ok", value)`` or ``("err", code, reason)``.
 Reply = tuple[Any, ...]

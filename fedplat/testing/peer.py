@@ -15,13 +15,13 @@ import torch
 
 from fedplat.compression import dense_payload
 from fedplat.gossip.client import channel_options
-from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.pki import ClusterFiles
 from fedplat.gossip.server import SERVICE
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls, open_channel
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
+from fedplat.protocol.peer import Hello, ModelHeader, ModelMessage, PeerAddress
 from fedplat.vectors import Layout
 
 __all__ = [

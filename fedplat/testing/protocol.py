@@ -20,9 +20,9 @@ from fedplat.compression.wire import dense_header
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.proto import serde
+from fedplat.protocol.messages import PAYLOAD_V1
 from fedplat.security.identity import ENROL, UPDATE, Identity, statement
 from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
-from fedplat.transport.messages import PAYLOAD_V1
 from fedplat.vectors import Layout
 
 

@@ -3,7 +3,7 @@
 :class:`Connection` is what the client SDK talks to. ``GrpcConnection`` speaks the
 wire protocol over a channel; ``InMemoryConnection`` calls a coordinator in the
 same process (simulation, tests). Both raise the errors of
-:mod:`fedplat.transport.errors`.
+:mod:`fedplat.protocol.errors`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from fedplat.transport.messages import (
+from fedplat.protocol.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
@@ -30,7 +30,7 @@ DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
 
 if TYPE_CHECKING:
     from fedplat.proto.streams import ModelInfo
-    from fedplat.uplink.body import EncodedBody
+    from fedplat.protocol.body import EncodedBody
 
 
 class Connection(Protocol):

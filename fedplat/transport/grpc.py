@@ -14,9 +14,9 @@ from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import fedplat_pb2_grpc as pb_grpc
 from fedplat.proto import serde, streams
 from fedplat.proto.streams import ModelInfo
-from fedplat.transport.base import DEFAULT_STREAM_WINDOW
-from fedplat.transport.errors import Unauthenticated
-from fedplat.transport.messages import (
+from fedplat.protocol.body import EncodedBody
+from fedplat.protocol.errors import Unauthenticated
+from fedplat.protocol.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
@@ -26,8 +26,8 @@ from fedplat.transport.messages import (
     UpdateHeader,
     UploadAck,
 )
+from fedplat.transport.base import DEFAULT_STREAM_WINDOW
 from fedplat.transport.status import error_from_rpc
-from fedplat.uplink.body import EncodedBody
 
 MiB = 1024 * 1024
 CLIENT_ID_KEY = "x-fedplat-client"

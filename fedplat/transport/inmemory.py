@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from fedplat.proto.streams import ModelInfo
-from fedplat.transport.base import CoordinatorService
-from fedplat.transport.errors import InvalidArgument, Unauthenticated
-from fedplat.transport.messages import (
+from fedplat.protocol.body import EncodedBody
+from fedplat.protocol.errors import InvalidArgument, Unauthenticated
+from fedplat.protocol.messages import (
     Challenge,
     Enrollment,
     EnrollRequest,
@@ -25,7 +25,7 @@ from fedplat.transport.messages import (
     UpdateHeader,
     UploadAck,
 )
-from fedplat.uplink.body import EncodedBody
+from fedplat.transport.base import CoordinatorService
 
 
 class InMemoryConnection:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fedplat.transport.errors import ResourceExhausted
+from fedplat.protocol.errors import ResourceExhausted
 
 __all__ = ["RefusalLog", "StreamSlots"]
 

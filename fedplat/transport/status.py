@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import grpc
 
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     ERRORS_BY_CODE,
     FedplatError,
     TlsError,

@@ -86,7 +86,7 @@ def test_docs_quote_the_committed_results(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def _peer(node_id: str, rounds: int, neighbours: dict[str, str]) -> Any:
-    from fedplat.gossip.messages import NeighbourView, PeerStatus
+    from fedplat.protocol.peer import NeighbourView, PeerStatus
 
     views = tuple(
         NeighbourView(i, a, True, False, rounds, 0.1, 0, 0)

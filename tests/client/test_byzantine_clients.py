@@ -12,11 +12,11 @@ from fedplat.client import Client
 from fedplat.client.middleware import OutgoingUpdate
 from fedplat.server.config import parse_config
 
+from fedplat.protocol.messages import Task, TaskKind, UploadAck
 from fedplat.reference.byzantine import AttackLayer, Coalition
 from fedplat.sim import simulate
 from fedplat.store import Store
 from fedplat.transport.health import wait_healthy
-from fedplat.transport.messages import Task, TaskKind, UploadAck
 from tests.support import (
     Procs,
     digits_client,

@@ -21,7 +21,7 @@ from fedplat.server.app import BackgroundServer
 from fedplat.server.config import parse_config
 
 from fedplat.models import create_model
-from fedplat.transport.messages import Task, TaskKind, UploadAck
+from fedplat.protocol.messages import Task, TaskKind, UploadAck
 from tests.support import free_port, issue_tokens, run_config, wait_for
 
 

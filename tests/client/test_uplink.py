@@ -90,7 +90,8 @@ def test_central_dp_stores_epsilon_per_round(tmp_path: Path) -> None:
 
 
 def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
-    from fedplat.uplink.server import UplinkPlan
+    from fedplat.server.uplink_plan import UplinkPlan
+
     from fedplat.vectors import Layout, TensorSpec
 
     cfg = parse_config(
@@ -112,8 +113,9 @@ def test_coordinator_enforces_the_clip_norm(tmp_path: Path) -> None:
 def test_an_unbounded_epsilon_is_a_flag_not_a_number(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fedplat.uplink.central import METRIC_EPSILON, METRIC_EPSILON_UNBOUNDED
-    from fedplat.uplink.server import UplinkPlan
+    from fedplat.server.central_dp import METRIC_EPSILON, METRIC_EPSILON_UNBOUNDED
+    from fedplat.server.uplink_plan import UplinkPlan
+
     from fedplat.vectors import Layout, TensorSpec
 
     cfg = parse_config(
@@ -163,7 +165,7 @@ def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
     from fedplat.server.coordinator import Coordinator
 
     from fedplat.compression import CountSketch, PayloadError
-    from fedplat.uplink.decode import PayloadSink
+    from fedplat.protocol.codec import PayloadSink
 
     cfg = parse_config(
         run_config(

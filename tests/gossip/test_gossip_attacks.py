@@ -27,7 +27,6 @@ import torch
 
 from fedplat.compression import dense_payload
 from fedplat.gossip.client import PeerClient
-from fedplat.gossip.messages import ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
 from fedplat.gossip.server import SERVICE
@@ -36,6 +35,13 @@ from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
+from fedplat.protocol.errors import (
+    PermissionDenied,
+    StaleUpdate,
+    Unavailable,
+    UnknownClient,
+)
+from fedplat.protocol.peer import ModelHeader, ModelMessage, PeerAddress
 from fedplat.security.certs import issue
 from fedplat.security.identity import Identity
 from fedplat.testing.peer import (
@@ -44,12 +50,6 @@ from fedplat.testing.peer import (
     raw_channel,
     send_raw,
     valid_peer_requests,
-)
-from fedplat.transport.errors import (
-    PermissionDenied,
-    StaleUpdate,
-    Unavailable,
-    UnknownClient,
 )
 from tests.support import free_port, wait_for
 from tests.support.gossip import (

@@ -20,12 +20,12 @@ import torch
 from fedplat.aggregators.attacks import create_attack
 
 from fedplat.compression import dense_payload
-from fedplat.gossip.messages import ModelHeader, PeerAddress
 from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
 from fedplat.gossip.scenario import Scenario, parse_scenario
 from fedplat.gossip.setup import NodeData, load_node_data
 from fedplat.gossip.sim import Byzantine, GossipSimulation
+from fedplat.protocol.peer import ModelHeader, PeerAddress
 from tests.support.gossip import SPARE, client_as, make_ring, peer_files, run_peers
 
 # ------------------------------------------------------------------ simulation

@@ -17,7 +17,6 @@ from fedplat.gossip.membership import (
     load_membership,
     parse_membership,
 )
-from fedplat.gossip.messages import Hello, HelloReply, ModelHeader, PeerAddress
 from fedplat.gossip.pki import ClusterFiles
 from fedplat.gossip.security import SecurityError, load_peer_security
 from fedplat.gossip.signing import (
@@ -28,6 +27,8 @@ from fedplat.gossip.signing import (
     hello_signed_by,
     model_signed_by,
 )
+from fedplat.protocol.errors import PermissionDenied, ResourceExhausted, StaleUpdate
+from fedplat.protocol.peer import Hello, HelloReply, ModelHeader, PeerAddress
 from fedplat.security.certs import (
     PEER_DNS_SUFFIX,
     inspect_certificate,
@@ -35,7 +36,6 @@ from fedplat.security.certs import (
     issue_peer,
 )
 from fedplat.security.identity import Identity
-from fedplat.transport.errors import PermissionDenied, ResourceExhausted, StaleUpdate
 from fedplat.transport.limits import RefusalLog, StreamSlots
 from fedplat.vectors import Layout, TensorSpec
 from tests.support.gossip import SPARE, peer_files

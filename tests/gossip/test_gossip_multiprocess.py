@@ -25,13 +25,13 @@ import yaml
 
 from fedplat.compression import dense_payload
 from fedplat.gossip.launcher import LaunchResult, ProcessLauncher
-from fedplat.gossip.messages import ModelHeader, PeerAddress
 from fedplat.gossip.pki import ClusterFiles
 from fedplat.gossip.recorder import GossipRecorder
 from fedplat.gossip.tls import PeerTls
+from fedplat.protocol.errors import FedplatError, InvalidArgument, PermissionDenied
+from fedplat.protocol.peer import ModelHeader, PeerAddress
 from fedplat.security.certs import issue
 from fedplat.store import Store
-from fedplat.transport.errors import FedplatError, InvalidArgument, PermissionDenied
 from tests.support import wait_for
 from tests.support.gossip import client_as, observer
 

@@ -13,7 +13,6 @@ import torch
 
 from fedplat.compression import Payload, create_compressor, dense_payload
 from fedplat.gossip.links import LinkDecoder, LinkEncoder, ReferenceMismatch
-from fedplat.gossip.messages import Hello, ModelHeader, ModelMessage, PeerAddress
 from fedplat.gossip.neighbours import NeighbourTable
 from fedplat.gossip.node import PeerNode
 from fedplat.gossip.pki import ClusterFiles
@@ -21,12 +20,13 @@ from fedplat.gossip.setup import NodeData, build_model
 from fedplat.gossip.signing import Signer
 from fedplat.proto import peer_pb2 as pb
 from fedplat.proto import peer_serde as serde
-from fedplat.transport.errors import (
+from fedplat.protocol.errors import (
     InvalidArgument,
     ResourceExhausted,
     StaleUpdate,
     UnknownClient,
 )
+from fedplat.protocol.peer import Hello, ModelHeader, ModelMessage, PeerAddress
 from fedplat.vectors import Layout, TensorSpec, flatten
 from tests.support import free_port, wait_for
 from tests.support.gossip import (

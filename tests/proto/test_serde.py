@@ -12,16 +12,16 @@ from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto import serde, streams
 from fedplat.proto.streams import GRPC_FRAME_BYTES, Malformed
-from fedplat.transport.errors import InvalidArgument
-from fedplat.transport.messages import (
+from fedplat.protocol.body import EncodedBody, dense_body
+from fedplat.protocol.errors import InvalidArgument
+from fedplat.protocol.messages import (
     EnrollRequest,
     ModelPayload,
     Task,
     TaskKind,
     UpdateHeader,
 )
-from fedplat.uplink.body import EncodedBody, dense_body
-from fedplat.uplink.task import CompressionSpec, TaskConfig, TrainingSettings
+from fedplat.protocol.task import CompressionSpec, TaskConfig, TrainingSettings
 from fedplat.vectors import Layout, TensorSpec
 
 LAYOUT = Layout((TensorSpec("w", (3, 2)), TensorSpec("b", (2,), "float16")))

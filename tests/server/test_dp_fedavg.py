@@ -15,13 +15,13 @@ from fedplat.server.accumulator import Accepted, RunningSum, SketchSum
 from fedplat.server.aggregation import aggregate_round
 from fedplat.server.config import ConfigError, RunConfig, parse_config
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.uplink_plan import UplinkPlan
 
 from fedplat.compression import PayloadError
 from fedplat.compression.wire import dense_header
+from fedplat.protocol.codec import PayloadSink
 from fedplat.sim import simulate
 from fedplat.store import Store
-from fedplat.uplink.decode import PayloadSink
-from fedplat.uplink.server import UplinkPlan
 from fedplat.vectors import Layout, TensorSpec
 from tests.support import digits_client, dp_fedavg_config, run_config
 

@@ -15,11 +15,11 @@ from fedplat.server.config import ConfigError, parse_config
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.optimizers import ServerOptimizer
 
+from fedplat.protocol.messages import TaskKind
 from fedplat.sim import VirtualClock, simulate
 from fedplat.sim.simulation import admit
 from fedplat.store import Store
 from fedplat.transport.inmemory import InMemoryConnection
-from fedplat.transport.messages import TaskKind
 from tests.support import digits_client, run_config
 
 

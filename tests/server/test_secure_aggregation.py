@@ -15,11 +15,11 @@ from fedplat.client import Client
 from fedplat.server import driver as driver_module
 from fedplat.server.config import ConfigError, parse_config
 
+from fedplat.protocol.errors import InvalidArgument, PermissionDenied
+from fedplat.protocol.messages import SecAggReply, SecAggReplyKind, SecAggRequest
 from fedplat.sim import simulate
 from fedplat.store import Store
 from fedplat.store.check import check_store
-from fedplat.transport.errors import InvalidArgument, PermissionDenied
-from fedplat.transport.messages import SecAggReply, SecAggReplyKind, SecAggRequest
 from tests.support import digits_client, issue_tokens, run_config
 
 
@@ -200,9 +200,9 @@ def test_uploads_and_forged_messages_are_refused(tmp_path: Path) -> None:
             client_module.OutgoingUpdate(task, torch.zeros(a.layout.numel), 10)
         )
     # A message signed by another client's key, or no signature, is refused.
+    from fedplat.protocol.messages import secagg_statement
     from fedplat.secagg import SecAggClient, SecAggConfig, encode
     from fedplat.security.identity import SECAGG
-    from fedplat.transport.messages import secagg_statement
 
     msg = encode(
         SecAggClient(

@@ -14,11 +14,11 @@ from fedplat.server.config import parse_config
 
 from fedplat.models import create_model
 from fedplat.proto import fedplat_pb2 as pb
+from fedplat.protocol.errors import FedplatError, TlsError
 from fedplat.security.certs import create_ca, issue
 from fedplat.store import Store
 from fedplat.store.check import check_store
 from fedplat.testing.protocol import RawClient
-from fedplat.transport.errors import FedplatError, TlsError
 from tests.support import free_port, issue_tokens, run_config, wait_for
 
 pytestmark = pytest.mark.integration  # real sockets, TLS handshakes

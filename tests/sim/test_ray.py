@@ -17,12 +17,12 @@ import pytest
 import torch
 from fedplat.server.config import RunConfig, parse_config
 
+from fedplat.protocol.errors import Unauthenticated
 from fedplat.sim.clients import ReferencePopulation
 from fedplat.sim.engine import VirtualCoordinator, drive, step_client
 from fedplat.sim.ray_wire import CoordinatorEndpoint, RayConnection
 from fedplat.sim.simulation import admit
 from fedplat.store import Store
-from fedplat.transport.errors import Unauthenticated
 from fedplat.transport.inmemory import InMemoryConnection
 from tests.support import REPO, run_config, write_config
 

@@ -256,9 +256,8 @@ def test_run_page_shows_an_unbounded_epsilon_as_unbounded(
 ) -> None:
     """A round whose epsilon the accountant could not bound carries the
     ``privacy.epsilon_unbounded`` flag, not a number: the page says so."""
+    from fedplat.server.central_dp import METRIC_EPSILON_UNBOUNDED
     from fedplat.ui import data
-
-    from fedplat.uplink.central import METRIC_EPSILON_UNBOUNDED
 
     assert data.METRIC_EPSILON_UNBOUNDED == METRIC_EPSILON_UNBOUNDED
     path = tmp_path / "monitor.db"

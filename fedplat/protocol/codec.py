@@ -1,4 +1,9 @@
-"""The coordinator's one decode path: an upload's payload, decoded as it arrives.
+"""The uplink codec: the one encode path of an update and its one decode path.
+
+:func:`encode_payload` is the client half: compress a ``[d]`` update with the
+task's compressor and, under local DP, clip and noise what leaves the device
+(the SDK's ``fedplat.client.uplink.UplinkLayer`` and the Flower mod both call
+it). The rest is the coordinator's half.
 
 :class:`PayloadSink` takes the bytes of one ``fedplat-payload-v1`` upload in
 whatever pieces the transport delivers and writes the decoded ``[d]`` float32
@@ -18,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fedplat.compression import Compressor
 from fedplat.compression.wire import (
     HEADER_SIZE,
     Payload,
@@ -25,8 +31,31 @@ from fedplat.compression.wire import (
     PayloadHeader,
     parse_header,
 )
+from fedplat.privacy import GaussianMechanism, privatize_payload
 
 Decoder = Callable[[Payload], torch.Tensor]
+
+
+def encode_payload(
+    compressor: Compressor,
+    update: torch.Tensor,
+    *,
+    round: int,
+    seed: int,
+    mechanism: GaussianMechanism | None = None,
+    generator: torch.Generator,
+) -> Payload:
+    """Compress ``update`` ``[d]`` float32 and, with a local DP ``mechanism``,
+    clip and noise the payload's values (``generator``: the client's own noise).
+
+    ``compressor`` keeps its state (error feedback, DGC momentum) across calls;
+    ``seed`` is the run's public sketch seed. Errors are the compressor's and
+    :class:`~fedplat.privacy.PrivacyError`.
+    """
+    payload = compressor.encode(update, round=round, seed=seed)
+    if mechanism is not None:
+        payload = privatize_payload(payload, mechanism, generator=generator)
+    return payload
 
 
 def max_payload_bytes(d: int) -> int:
@@ -155,4 +184,10 @@ class PayloadSink:
         return self.out
 
 
-__all__ = ["PayloadSink", "check_payload_size", "max_payload_bytes"]
+__all__ = [
+    "Decoder",
+    "PayloadSink",
+    "check_payload_size",
+    "encode_payload",
+    "max_payload_bytes",
+]

@@ -1,7 +1,8 @@
 """Domain errors shared by the coordinator, the transports and the client SDK.
 
 Each error carries a human-readable reason and a transport-neutral ``code``; the gRPC
-servicer maps codes to status codes and the gRPC client maps them back, so the SDK and
+servicer maps codes to status codes and the gRPC client maps them back
+(:mod:`fedplat.transport.status`, the one module that knows gRPC's), so the SDK and
 the in-memory transport see the same exceptions.
 """
 

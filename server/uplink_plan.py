@@ -1,11 +1,11 @@
 """The coordinator half of the uplink contract: compression and privacy of uploads.
 
 :class:`UplinkPlan` is built once per run from the config. It tells clients (the
-uplink part of every :class:`~fedplat.uplink.task.TaskConfig`) which compressor
+uplink part of every :class:`~fedplat.protocol.task.TaskConfig`) which compressor
 and privacy layer to apply, hands the intake the run's decoder for non-dense
-payloads (:mod:`fedplat.uplink.decode`; a sketch compressor's payloads are
+payloads (:mod:`fedplat.protocol.codec`; a sketch compressor's payloads are
 summed in sketch space and de-sketched once), and for central DP holds the
-DP-FedAvg state (:mod:`fedplat.uplink.central`). It owns the privacy budget whose
+DP-FedAvg state (:mod:`fedplat.server.central_dp`). It owns the privacy budget whose
 epsilon is stored every round.
 """
 
@@ -16,6 +16,14 @@ import math
 from collections.abc import Callable
 
 import torch
+from fedplat.server.central_dp import (
+    CentralDP,
+    Release,
+    Sketcher,
+    SketchSum,
+    epsilon_metrics,
+)
+from fedplat.server.config import ConfigError, RunConfig
 
 from fedplat.compression import (
     CompressionError,
@@ -32,22 +40,14 @@ from fedplat.privacy import (
     RoundPrivacy,
     noise_multiplier_for,
 )
-from fedplat.secagg import SecAggConfig
-from fedplat.server.config import ConfigError, RunConfig
-from fedplat.uplink.central import (
-    CentralDP,
-    Release,
-    Sketcher,
-    SketchSum,
-    epsilon_metrics,
-)
-from fedplat.uplink.task import (
+from fedplat.protocol.task import (
     CompressionSpec,
     PrivacySpec,
     SecAggSpec,
     TaskConfig,
     TrainingSettings,
 )
+from fedplat.secagg import SecAggConfig
 from fedplat.vectors import Layout
 
 

@@ -1,12 +1,13 @@
 """The client half of the uplink contract: compression and privacy per task.
 
 The coordinator names the run's compressor and privacy settings in every task
-(:class:`fedplat.uplink.task.TaskConfig`). This innermost middleware layer
+(:class:`fedplat.protocol.task.TaskConfig`). This innermost middleware layer
 compresses (keeping error-feedback / DGC momentum state across rounds, saved in
 the client's ``state_dir`` so a restarted client keeps it) and, for local DP,
-noises what actually leaves the device. Its output is the update's payload
-(:class:`fedplat.uplink.body.EncodedBody`); the coordinator's half
-(:mod:`fedplat.uplink.server`) decodes it. It never touches the network.
+noises what actually leaves the device (:func:`fedplat.protocol.codec.encode_payload`).
+Its output is the update's payload (:class:`fedplat.protocol.body.EncodedBody`);
+the coordinator's half (:mod:`fedplat.server.uplink_plan`) decodes it. It never
+touches the network.
 """
 
 from __future__ import annotations
@@ -25,16 +26,12 @@ from fedplat.compression import (
     load_state,
     save_state,
 )
-from fedplat.privacy import (
-    GaussianMechanism,
-    make_noise_generator,
-    privatize_payload,
-    secure_seed,
-)
-from fedplat.transport.errors import InvalidArgument
-from fedplat.transport.messages import OutgoingUpdate, Send, UploadAck
-from fedplat.uplink.body import EncodedBody
-from fedplat.uplink.task import CompressionSpec
+from fedplat.privacy import GaussianMechanism, make_noise_generator, secure_seed
+from fedplat.protocol.body import EncodedBody
+from fedplat.protocol.codec import encode_payload
+from fedplat.protocol.errors import InvalidArgument
+from fedplat.protocol.messages import OutgoingUpdate, Send, UploadAck
+from fedplat.protocol.task import CompressionSpec
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.client")
@@ -91,10 +88,17 @@ class UplinkLayer:
         # bit adaptive clipping counts; a client that clipped first would hide it.
         vec = update.vector
         key, comp = self.compressor(cfg.compression)
-        payload = comp.encode(vec, round=update.task.round, seed=cfg.compression_seed)
+        mech = None
         if privacy is not None and privacy.mode == "local":
             mech = GaussianMechanism(privacy.noise_multiplier, privacy.clip_norm)
-            payload = privatize_payload(payload, mech, generator=self._noise)
+        payload = encode_payload(
+            comp,
+            vec,
+            round=update.task.round,
+            seed=cfg.compression_seed,
+            mechanism=mech,
+            generator=self._noise,
+        )
         path = self._state_path(key)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

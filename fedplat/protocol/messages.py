@@ -1,4 +1,8 @@
-"""Transport-neutral messages exchanged between clients and the coordinator."""
+"""Transport-neutral messages exchanged between clients and the coordinator.
+
+Also what bounds a client's id and name where they enter, and the statements an
+update's and a secure-aggregation message's signatures cover.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,11 @@ from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
-from fedplat.uplink.task import TaskConfig
+from fedplat.protocol.task import TaskConfig
 from fedplat.vectors import Layout
 
 if TYPE_CHECKING:
-    from fedplat.uplink.body import EncodedBody
+    from fedplat.protocol.body import EncodedBody
 
 #: The one upload encoding: a fedplat.compression.wire payload (dense or not).
 PAYLOAD_V1 = "fedplat-payload-v1"

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from fedplat.server.config import ConfigError, RunConfig
 
 from fedplat.compression.sketch import AMSSketch, CountSketch, GaussianSketch
 from fedplat.compression.wire import SketchSpec, sketch_payload
@@ -57,7 +58,6 @@ from fedplat.privacy import (
     noise_multiplier_for,
     secure_seed,
 )
-from fedplat.server.config import ConfigError, RunConfig
 
 __all__ = [
     "METRIC_EPSILON",

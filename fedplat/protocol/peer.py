@@ -1,18 +1,37 @@
-"""Domain types of the peer protocol (no protobuf here; see
-:mod:`fedplat.proto.peer_serde`).
+"""Domain types of the gossip peer protocol, and what each signature covers
+(no protobuf here; see :mod:`fedplat.proto.peer_serde`).
 
 Every request carries its sender's Ed25519 ``signature`` over its fields, a
-``timestamp_ms`` and a fresh 16-byte ``nonce`` (:mod:`fedplat.gossip.signing`);
-an empty signature means "not signed yet".
+``timestamp_ms`` and a fresh :data:`NONCE_BYTES`-byte ``nonce``; an empty
+signature means "not signed yet". A signature covers a domain-separated statement
+(:func:`fedplat.security.identity.statement`) of:
+
+* ``Hello`` (``PEER_HELLO``, :func:`hello_statement`): sender id and address,
+  receiver id, round, layout fingerprint, link wish, timestamp, nonce;
+* its answer (``PEER_HELLO``, marked ``"reply"``, :func:`hello_reply_statement`):
+  responder id and address, round, layout fingerprint, whether it linked, the
+  peers it lists, and the request's nonce;
+* a model header (``PEER_MODEL``, :func:`model_statement`): sender, receiver,
+  round, layout fingerprint, mixing inputs (examples, degree, push-sum weight),
+  link reference versions, payload size and SHA-256, timestamp, nonce (a pull's
+  answer repeats the request's nonce);
+* a ping, pull or status call (``PEER_CALL``, :func:`call_statement`): the call's
+  name, sender, receiver, round, timestamp, nonce.
+
+Signing and checking them, and freshness, are the peer's
+(:mod:`fedplat.gossip.signing`).
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
+from fedplat.security.identity import Field
 from fedplat.vectors import Layout
 
 __all__ = [
+    "NONCE_BYTES",
     "CallAuth",
     "Hello",
     "HelloReply",
@@ -23,7 +42,14 @@ __all__ = [
     "PeerStatus",
     "PingReply",
     "PushReply",
+    "call_statement",
+    "hello_reply_statement",
+    "hello_statement",
+    "model_statement",
 ]
+
+#: Every signed request carries a fresh nonce of this many bytes.
+NONCE_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -184,3 +210,63 @@ class PeerStatus:
 
     def neighbour(self, node_id: str) -> NeighbourView | None:
         return next((n for n in self.neighbours if n.node_id == node_id), None)
+
+
+# -- what each signature covers ------------------------------------------------
+
+
+def hello_statement(h: Hello) -> tuple[Field, ...]:
+    """What a :class:`Hello`'s signature covers (domain ``PEER_HELLO``)."""
+    return (
+        "hello",
+        h.sender.node_id,
+        h.sender.address,
+        h.receiver_id,
+        h.round,
+        h.layout_fingerprint,
+        int(h.want_link),
+        h.timestamp_ms,
+        h.nonce,
+    )
+
+
+def hello_reply_statement(r: HelloReply) -> tuple[Field, ...]:
+    """What a :class:`HelloReply`'s signature covers (domain ``PEER_HELLO``)."""
+    known = tuple(f for p in r.known for f in (p.node_id, p.address))
+    return (
+        "reply",
+        r.responder.node_id,
+        r.responder.address,
+        r.round,
+        r.layout_fingerprint,
+        int(r.linked),
+        len(r.known),
+        *known,
+        r.request_nonce,
+    )
+
+
+def model_statement(h: ModelHeader, fingerprint: str) -> tuple[Field, ...]:
+    """What a :class:`ModelHeader`'s signature covers (domain ``PEER_MODEL``);
+    ``fingerprint`` is the layout's, which both sides compute."""
+    return (
+        h.sender_id,
+        h.receiver_id,
+        h.round,
+        fingerprint,
+        h.num_examples,
+        h.degree,
+        struct.pack("<d", h.push_weight),
+        h.base_version,
+        h.version,
+        h.total_bytes,
+        h.sha256,
+        h.timestamp_ms,
+        h.nonce,
+    )
+
+
+def call_statement(rpc: str, c: CallAuth) -> tuple[Field, ...]:
+    """What a ``Ping``, ``PullModel`` or ``GetStatus`` call's :class:`CallAuth`
+    signature covers (domain ``PEER_CALL``); ``rpc`` names the call."""
+    return (rpc, c.sender_id, c.receiver_id, c.round, c.timestamp_ms, c.nonce)
