@@ -31,6 +31,7 @@ from fedplat.config import (
 )
 from fedplat.contribution.config import ContributionSection
 from fedplat.privacy.config import PrivacySection
+from fedplat.protocol.task import TrainingSettings
 
 MiB = 1024 * 1024
 
@@ -229,15 +230,6 @@ class DeadlineSection(Strict):
     max_round_attempts: int = Field(default=5, ge=1)
 
 
-class ClientTrainingSection(Strict):
-    epochs: int = Field(default=1, ge=1)
-    batch_size: int = Field(default=32, ge=1)
-    lr: float = Field(default=0.05, gt=0)
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    momentum: float = Field(default=0.0, ge=0, lt=1)
-    max_steps: int | None = Field(default=None, ge=1)
-
-
 class ServerOptimizerSection(Strict):
     name: Literal["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"] = "fedavg"
     lr: float = Field(default=1.0, gt=0)
@@ -391,7 +383,7 @@ class RunConfig(Strict):
     evaluation: EvaluationSection = EvaluationSection()
     selection: SelectionSection = SelectionSection()
     deadlines: DeadlineSection = DeadlineSection()
-    client_training: ClientTrainingSection = ClientTrainingSection()
+    client_training: TrainingSettings = TrainingSettings()
     aggregator: AggregatorSection = AggregatorSection()
     server_optimizer: ServerOptimizerSection = ServerOptimizerSection()
     compression: CompressionSection = CompressionSection()

@@ -45,7 +45,6 @@ from fedplat.protocol.task import (
     PrivacySpec,
     SecAggSpec,
     TaskConfig,
-    TrainingSettings,
 )
 from fedplat.secagg import SecAggConfig
 from fedplat.vectors import Layout
@@ -129,14 +128,7 @@ class UplinkPlan:
             assert self.sigma is not None
             privacy = PrivacySpec(self.mode, self.clip_norm, self.sigma)
         return TaskConfig(
-            training=TrainingSettings(
-                epochs=t.epochs,
-                batch_size=t.batch_size,
-                lr=t.lr,
-                optimizer=t.optimizer,
-                momentum=t.momentum,
-                max_steps=t.max_steps,
-            ),
+            training=t,
             compression=CompressionSpec(c.name, json.loads(json.dumps(c.params))),
             compression_seed=self.seed,
             privacy=privacy,

@@ -55,6 +55,7 @@ def _peer_from_flags(args: argparse.Namespace, seeds: tuple[str, ...]) -> Any:
     from fedplat.gossip.node import PeerConfig, PeerNode
     from fedplat.gossip.scenario import DataSpec, ModelSpec
     from fedplat.gossip.setup import build_model, load_node_data
+    from fedplat.protocol.task import TrainingSettings
 
     index = args.partition_id if args.partition_id is not None else int(args.id)
     data = load_node_data(
@@ -75,9 +76,9 @@ def _peer_from_flags(args: argparse.Namespace, seeds: tuple[str, ...]) -> Any:
         seeds=seeds,
         rounds=args.rounds,
         rule=args.rule,
-        lr=args.lr,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
+        training=TrainingSettings(
+            lr=args.lr, epochs=args.epochs, batch_size=args.batch_size
+        ),
         compressor=args.compressor,
         compressor_params=args.compressor_params,
         seed=args.seed,

@@ -224,17 +224,48 @@ class CountSketch(_Stateless):
             ]
         )
 
+    def sketch(
+        self,
+        x: torch.Tensor,
+        *,
+        round: int,
+        seed: int,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """``R x``: ``x`` ``[d]`` or ``[n, d]`` -> ``[rows * cols]`` or
+        ``[n, rows * cols]`` (row-major tables), accumulated in ``dtype``.
+
+        The linear map alone, without a payload or input checks (:meth:`encode`
+        checks). Rows of ``x`` are taken one at a time: no ``dtype`` copy of a
+        whole ``[n, d]`` stack. The same ``(seed, round, d)`` gives the same
+        ``R``, so sketches taken in different rounds compare when ``round`` is
+        held fixed (the contribution accountant's replay check does that).
+        """
+        if x.dim() not in (1, 2) or not x.is_floating_point():
+            raise CompressionError(
+                f"expected a float [d] or [n, d] tensor, got {tuple(x.shape)}"
+            )
+        d = x.shape[-1]
+        inputs = x.detach().reshape(-1, d)
+        out = torch.zeros(inputs.shape[0], self.rows, self.cols, dtype=dtype)
+        for j in range(self.rows):
+            buckets, signs = self._hashes(d, seed, round, j)
+            signs = signs.to(dtype)
+            # One input row: its product overwrites the signs (no second [d]).
+            buf = signs if inputs.shape[0] == 1 else torch.empty_like(signs)
+            for i, row in enumerate(inputs):
+                torch.mul(row.to(dtype), signs, out=buf)
+                out[i, j].index_add_(0, buckets, buf)
+        out.div_(math.sqrt(self.rows))
+        return out.reshape(*x.shape[:-1], self.rows * self.cols)
+
     def encode(self, vec: torch.Tensor, *, round: int, seed: int) -> Payload:
         """``vec`` ``[d]`` -> sketch payload ``[rows * cols]`` (row-major)."""
         h = check_vector(vec)
-        d = h.numel()
-        table = torch.zeros(self.rows, self.cols, dtype=torch.float32)
-        for j in range(self.rows):
-            buckets, signs = self._hashes(d, seed, round, j)
-            table[j].index_add_(0, buckets, signs.mul_(h))
-        table.div_(math.sqrt(self.rows))
         return sketch_payload(
-            SketchSpec("count", self.rows, self.cols, seed, round), d, table
+            SketchSpec("count", self.rows, self.cols, seed, round),
+            h.numel(),
+            self.sketch(h, round=round, seed=seed),
         )
 
     def row_estimates(

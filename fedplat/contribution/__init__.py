@@ -51,7 +51,7 @@ from fedplat.contribution.shapley import (
     exact_shapley,
     gtg_shapley,
 )
-from fedplat.contribution.similarity import coordinate_median, cosine_to_reference
+from fedplat.contribution.similarity import cosine_to_reference
 from fedplat.contribution.utility import (
     SubsetUtility,
     UtilityError,
@@ -88,7 +88,6 @@ __all__ = [
     "SubsetUtility",
     "UtilityError",
     "available_scorers",
-    "coordinate_median",
     "cosine_to_reference",
     "exact_shapley",
     "export_ledger",

@@ -88,7 +88,8 @@ class ContributionSection(Strict):
     budget
         Total reward split among clients (:mod:`fedplat.contribution.rewards`).
     seed
-        Seeds GTG-Shapley's permutations (with the round number).
+        Seeds GTG-Shapley's permutations (with the round number) and the flags'
+        count sketch.
     exact_max_clients
         ``exact_shapley`` is skipped on rounds with more clients (``2**n`` cost).
     utility
@@ -109,7 +110,7 @@ class ContributionSection(Strict):
     primary: str = "gtg_shapley"
     every: int = Field(default=1, ge=1)
     budget: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     exact_max_clients: int = Field(default=10, ge=1, le=EXACT_MAX_CLIENTS)
     utility: str = Field(default="accuracy", min_length=1)
     utility_max_examples: int | None = Field(default=2000, ge=1)

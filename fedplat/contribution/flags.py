@@ -159,44 +159,6 @@ def random_updates(
     return cosines.abs() < random_sigmas / math.sqrt(dim)
 
 
-class CountSketch:
-    """A linear ``[d] -> [width]`` sketch that keeps inner products on average.
-
-    Coordinate ``j`` is added, with a random sign, to bucket ``h(j)`` (Charikar,
-    Chen & Farach-Colton, 2002). Used to remember each client's previous update
-    in ``width`` floats instead of ``d`` for replay detection: an exact replay has
-    sketch cosine 1, unrelated updates ``~N(0, 1/width)`` around their true cosine.
-
-    Parameters
-    ----------
-    dim
-        Input dimension ``d``.
-    width
-        Sketch size; ``min(width, d)`` is used.
-    seed
-        Seed of the hash and signs (fixed so sketches of two rounds compare).
-    """
-
-    def __init__(self, dim: int, width: int = 1024, seed: int = 0) -> None:
-        if dim < 1 or width < 1:
-            raise ValueError("dim and width must be >= 1")
-        self.dim = dim
-        self.width = min(width, dim)
-        gen = torch.Generator().manual_seed(seed)
-        self._bucket = torch.randint(0, self.width, (dim,), generator=gen)
-        self._sign = torch.randint(0, 2, (dim,), generator=gen).double() * 2 - 1
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Sketch ``x [d]`` or ``[n, d]`` into ``[width]`` or ``[n, width]``."""
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"expected last dimension {self.dim}, got {x.shape[-1]}")
-        rows = x.reshape(-1, self.dim)
-        out = torch.zeros(rows.shape[0], self.width, dtype=torch.float64)
-        for i, row in enumerate(rows):  # one row at a time: no float64 [n, d] copy
-            out[i].index_add_(0, self._bucket, row.double() * self._sign)
-        return out.reshape(*x.shape[:-1], self.width)
-
-
 def sketch_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     """Cosine of two sketches (0 if either is zero)."""
     na, nb = float(a.norm()), float(b.norm())

@@ -2,7 +2,14 @@
 
 The rules are the pure functions of :mod:`fedplat.contribution.flags`; this module
 applies them to a round and keeps what the next round compares against: a count
-sketch of each client's last update and of the global model. :meth:`FlagMemory.
+sketch of each client's last update and of the global model.
+
+The sketch is the uplink's :class:`fedplat.compression.CountSketch` with one hash
+row of ``min(sketch_width, d)`` buckets (Charikar, Chen & Farach-Colton, 2002),
+taken at a fixed round so every round uses the same hashes: it keeps inner
+products on average, so an exact replay has sketch cosine 1 and unrelated updates
+``~N(0, 1/width)`` around their true cosine, in ``width`` floats per client
+instead of ``d``. :meth:`FlagMemory.
 label` reads that memory without changing it; :meth:`FlagMemory.remember` stores a
 round's sketches once the round is committed, so a round that was never stored
 leaves no trace.
@@ -16,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from fedplat.aggregators.base import ClientDecision
+from fedplat.compression.sketch import CountSketch
 from fedplat.contribution.flags import (
     FREE_RIDER_FLAGS,
     LOW_SCORE_OUTLIER,
@@ -24,7 +32,6 @@ from fedplat.contribution.flags import (
     REPLAYED_UPDATE,
     SUSPECT_FLAGS,
     ZERO_UPDATE,
-    CountSketch,
     FlagThresholds,
     aggregator_flags,
     low_score_outliers,
@@ -94,22 +101,32 @@ class FlagMemory:
         Seed of the sketch's hash and signs.
     """
 
+    # The round the sketch's hashes are derived for: the same in every round, so
+    # sketches of different rounds compare.
+    _SKETCH_ROUND = 0
+
     def __init__(self, thresholds: FlagThresholds, sketch_width: int, seed: int):
         self.thresholds = thresholds
         self.sketch_width = sketch_width
         self.seed = seed
         self._sketch: CountSketch | None = None
+        self._dim = 0  # d of the current sketch
         # client -> (round, sketch of its update in that round)
         self._updates: dict[str, tuple[int, torch.Tensor]] = {}
         self._global: tuple[int, torch.Tensor] | None = None
 
-    def _sketcher(self, d: int) -> CountSketch:
-        if self._sketch is None or self._sketch.dim != d:
+    def _sketch_of(self, x: torch.Tensor) -> torch.Tensor:
+        """Float64 sketch ``[w]`` of ``x [d]``, or ``[n, w]`` of ``x [n, d]``."""
+        d = int(x.shape[-1])
+        if self._sketch is None or self._dim != d:
             # A new model size: sketches of the old one compare with nothing.
-            self._sketch = CountSketch(d, self.sketch_width, self.seed)
+            self._sketch = CountSketch(rows=1, cols=min(self.sketch_width, d))
+            self._dim = d
             self._updates.clear()
             self._global = None
-        return self._sketch
+        return self._sketch.sketch(
+            x, round=self._SKETCH_ROUND, seed=self.seed, dtype=torch.float64
+        )
 
     def label(
         self,
@@ -128,8 +145,8 @@ class FlagMemory:
         labels = aggregator_flags(decisions, n) if n else []
         if n == 0:
             return RoundFlags((), (), (), None)
-        sketch = self._sketcher(d)
-        sketches, global_sketch = sketch(updates), sketch(global_before)
+        sketches = self._sketch_of(updates)
+        global_sketch = self._sketch_of(global_before)
         hits = self._rules(round_number, client_ids, updates, sketches, global_sketch)
         if primary is not None and not truncated:
             th = self.thresholds
@@ -180,7 +197,7 @@ class FlagMemory:
 
     def remember(self, obs: Observation) -> None:
         """Keep a committed round's sketches for the next rounds' replay check."""
-        if self._sketch is None or obs.dim != self._sketch.dim:
+        if self._sketch is None or obs.dim != self._dim:
             return  # sketched at another model size: meaningless now
         for i, cid in enumerate(obs.client_ids):
             self._updates[cid] = (obs.round_number, obs.sketches[i])

@@ -1,7 +1,8 @@
 """Cheap, utility-free scores: cosine similarity of each update to a reference.
 
 The reference is the round's robust aggregate (what the aggregator kept), or the
-coordinate-wise median of the updates when none is given. A label-flipper's update
+coordinate-wise median of the updates when none is given (the robust rule's own,
+:func:`fedplat.aggregators.coordinatewise.coordinate_median`). A label-flipper's update
 points away from it; a random update is orthogonal to it; a zero update has no
 direction at all (its cosine is defined as 0 here, and flagged separately).
 """
@@ -9,13 +10,6 @@ direction at all (its cosine is defined as 0 here, and flagged separately).
 from __future__ import annotations
 
 import torch
-
-
-def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
-    """Coordinate-wise median ``[d]`` of ``updates [n, d]`` (lower median)."""
-    if updates.dim() != 2 or updates.shape[0] == 0:
-        raise ValueError(f"updates must be [n >= 1, d], got {list(updates.shape)}")
-    return updates.median(dim=0).values
 
 
 def cosine_to_reference(updates: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

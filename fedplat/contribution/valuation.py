@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedplat.aggregators.coordinatewise import coordinate_median
 from fedplat.contribution.config import ContributionSection
 from fedplat.contribution.results import ContributionError
 from fedplat.contribution.scorers import RoundGame, get_scorer
 from fedplat.contribution.shapley import GTGSettings
-from fedplat.contribution.similarity import coordinate_median
 from fedplat.contribution.utility import AggregateFn, SubsetUtility, UtilityFn
 
 log = logging.getLogger("fedplat.contribution")
@@ -136,12 +136,13 @@ def round_game(
     coalitions: Coalitions,
 ) -> RoundGame:
     """The game the scorers see; the reference of ``cosine`` is the round's
-    robust ``aggregate [d]``, else the coordinate median of ``updates``."""
+    robust ``aggregate [d]``, else the coordinate median of ``updates`` (for an
+    even ``n`` the mean of the two middle values, as the median rule)."""
     d = int(updates.shape[1])
     reference = (
         aggregate.to(updates.dtype)
         if aggregate is not None and aggregate.shape == (d,)
-        else coordinate_median(updates)
+        else coordinate_median(updates, track=False).aggregate
     )
     return RoundGame(
         updates=updates,

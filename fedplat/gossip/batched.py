@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedplat.data import Dataset
+from fedplat.protocol.task import TrainingSettings
 from fedplat.vectors import Layout, layout_of
 
 __all__ = ["StackedModel"]
@@ -89,11 +90,7 @@ class StackedModel:
         x: torch.Tensor,
         datasets: Sequence[Dataset],
         seeds: Sequence[int],
-        *,
-        epochs: int = 1,
-        batch_size: int = 32,
-        lr: float = 0.05,
-        max_steps: int | None = None,
+        training: TrainingSettings,
     ) -> torch.Tensor:
         """Local SGD on each row of ``x`` with its own dataset.
 
@@ -107,14 +104,19 @@ class StackedModel:
             ``k`` shuffling seeds; node ``i`` draws ``torch.randperm`` from
             ``torch.Generator().manual_seed(seeds[i])`` once per epoch, exactly
             like ``train_epochs(seed=seeds[i])``.
-        epochs, batch_size, lr, max_steps
-            As for :func:`fedplat.models.train_epochs` with ``optimizer="sgd"``.
+        training : TrainingSettings
+            As for :func:`fedplat.models.train_epochs`; plain SGD only
+            (``optimizer="sgd"``, ``momentum=0``, see the module docstring).
 
         Returns
         -------
         torch.Tensor
             float32 ``[k, d]`` trained weights (a new tensor).
         """
+        if not training.is_plain_sgd:
+            raise ValueError("stacked training is plain SGD: optimizer sgd, momentum 0")
+        epochs, batch_size = training.epochs, training.batch_size
+        lr, max_steps = training.lr, training.max_steps
         k = x.shape[0]
         if len(datasets) != k or len(seeds) != k:
             raise ValueError(

@@ -7,6 +7,7 @@ from typing import Any
 
 from fedplat.gossip.membership import check_node_id
 from fedplat.gossip.mixing.rules import DEFAULT_RULE, get_mixing_rule
+from fedplat.protocol.task import TrainingSettings
 
 __all__ = ["PeerConfig", "parse_seed"]
 
@@ -48,8 +49,8 @@ class PeerConfig:
         can do to this peer's model.
     outer_step, alpha, beta
         NoLoCo's outer step (``rule="noloco"``).
-    epochs, batch_size, lr
-        Local SGD per round.
+    training : TrainingSettings
+        Local training per round (:func:`fedplat.models.train_epochs`).
     heartbeat_s, dead_after_s, round_timeout_s, rpc_timeout_s, bootstrap_timeout_s
         Failure-detection and waiting times, seconds.
     max_model_bytes, chunk_bytes
@@ -88,9 +89,7 @@ class PeerConfig:
     outer_step: bool = False
     alpha: float = 0.7
     beta: float = 0.5
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.05
+    training: TrainingSettings = field(default_factory=TrainingSettings)
     heartbeat_s: float = 0.5
     dead_after_s: float = 3.0
     round_timeout_s: float = 10.0

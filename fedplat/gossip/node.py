@@ -338,9 +338,7 @@ class PeerNode:
         train_epochs(
             self.model,
             self.train_data,
-            epochs=cfg.epochs,
-            batch_size=cfg.batch_size,
-            lr=cfg.lr,
+            **cfg.training.model_dump(),
             seed=(cfg.seed * 1_000_003 + r) * 7919
             + zlib.crc32(self.id.encode()) % 7919,
         )
@@ -466,9 +464,7 @@ def peer_from_scenario(
         outer_step=m.outer_step,
         alpha=m.alpha,
         beta=m.beta,
-        epochs=t.epochs,
-        batch_size=t.batch_size,
-        lr=t.lr,
+        training=t,
         compressor=scenario.links.compressor,
         compressor_params=dict(scenario.links.params),
         eval_every=scenario.eval.every,

@@ -59,6 +59,7 @@ from pydantic import (
 from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.gossip.mixing import DEFAULT_RULE, MIXING_RULES
 from fedplat.gossip.topology import TopologyError, TopologyKind, build_topology
+from fedplat.protocol.task import TrainingSettings
 
 __all__ = [
     "Event",
@@ -100,11 +101,19 @@ class ModelSpec(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class TrainingSpec(Strict):
-    epochs: int = Field(default=1, ge=1)
-    batch_size: int = Field(default=32, ge=1)
-    lr: float = Field(default=0.05, gt=0)
-    max_steps: int | None = Field(default=None, ge=1)
+class TrainingSpec(TrainingSettings):
+    """The run file's training settings (:class:`fedplat.protocol.task.
+    TrainingSettings`), plain SGD only: the simulation trains every node at once
+    with plain SGD (:mod:`fedplat.gossip.batched`), and a scenario runs the same
+    simulated or as real peers."""
+
+    @model_validator(mode="after")
+    def _plain_sgd(self) -> TrainingSpec:
+        if not self.is_plain_sgd:
+            raise ValueError(
+                "gossip nodes train with plain SGD: optimizer sgd, momentum 0"
+            )
+        return self
 
 
 class MixingSpec(Strict):

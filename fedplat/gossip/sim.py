@@ -249,10 +249,7 @@ class GossipSimulation:
             start,
             [self.data.train[v] for v in nodes],
             seeds,
-            epochs=s.training.epochs,
-            batch_size=s.training.batch_size,
-            lr=s.training.lr,
-            max_steps=s.training.max_steps,
+            s.training,
         )
         if self.rule.debiased:
             # SGP (Assran et al. 2019): the local step changes the numerator.

@@ -5,28 +5,74 @@ wire) and is parsed here, in one place, on both sides: the client's training
 settings, the uplink's compression and privacy, and the seeds. A client's
 ``train_fn`` sees :meth:`TaskConfig.train_config` (epochs, batch size, learning
 rate, optimizer, momentum, step cap and the per-round seed).
+
+:class:`TrainingSettings` is the one definition of local training's fields,
+defaults and bounds: the run file's ``client_training`` section, a gossip
+scenario's ``training`` section and a gossip peer's settings are this model, and
+a task carries it as is.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from fedplat.config import Strict, validation_message
 
 
 class TaskConfigError(ValueError):
     """A task config is not valid JSON of the expected shape."""
 
 
-@dataclass(frozen=True)
-class TrainingSettings:
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.05
+class TrainingSettings(Strict):
+    """Local training of one round (see the module docstring for its users).
+
+    Attributes
+    ----------
+    epochs
+        Passes over the local data.
+    batch_size
+    lr
+        Learning rate, finite and > 0.
+    optimizer
+        ``"sgd"`` or ``"adam"``.
+    momentum
+        SGD momentum in ``[0, 1)``; 0 with Adam (which has no such knob).
+    max_steps
+        Stop after this many optimizer steps, even mid-epoch (``None``: no cap).
+    """
+
+    epochs: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.05, gt=0, allow_inf_nan=False)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    momentum: float = 0.0
-    max_steps: int | None = None
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    max_steps: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _momentum_is_sgds(self) -> TrainingSettings:
+        # fedplat.models.make_optimizer refuses it: every client would fail.
+        if self.optimizer == "adam" and self.momentum != 0:
+            raise ValueError("momentum applies to optimizer sgd only; set it to 0")
+        return self
+
+    @property
+    def is_plain_sgd(self) -> bool:
+        """SGD without momentum (what gossip's batched simulation can run)."""
+        return self.optimizer == "sgd" and self.momentum == 0
+
+    @classmethod
+    def from_train_config(cls, config: Mapping[str, Any]) -> TrainingSettings:
+        """The settings in a ``train_fn``'s config (:meth:`TaskConfig.train_config`):
+        missing keys take their defaults, other keys (``seed``) are not read."""
+        return cls.model_validate(
+            {k: config[k] for k in cls.model_fields if k in config}
+        )
 
 
 @dataclass(frozen=True)
@@ -80,10 +126,12 @@ class TaskConfig:
 
     def train_config(self) -> dict[str, Any]:
         """The settings a ``train_fn`` reads (plain dict, JSON values)."""
-        return {**asdict(self.training), "seed": self.seed}
+        return {**self.training.model_dump(), "seed": self.seed}
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        data["training"] = self.training.model_dump()
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> TaskConfig:
@@ -116,20 +164,21 @@ def _integer(value: Any, what: str) -> int:
     return value
 
 
+def _training(t: Any) -> TrainingSettings:
+    if not isinstance(t, dict):
+        raise TypeError("training must be an object")
+    # Keys this client does not know are left out, as at the top level: a newer
+    # coordinator's setting must not make every older client refuse its tasks.
+    known = {k: v for k, v in t.items() if k in TrainingSettings.model_fields}
+    try:
+        # Strict: JSON gives exact types, so "2" or true is not an epoch count.
+        return TrainingSettings.model_validate(known, strict=True)
+    except ValidationError as exc:
+        raise ValueError(validation_message(exc, "training:")) from None
+
+
 def _from_dict(data: dict[str, Any]) -> TaskConfig:
-    t = data.get("training") or {}
-    optimizer = t.get("optimizer", "sgd")
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"unknown optimizer {optimizer!r}")
-    max_steps = t.get("max_steps")
-    training = TrainingSettings(
-        epochs=_integer(t.get("epochs", 1), "epochs"),
-        batch_size=_integer(t.get("batch_size", 32), "batch_size"),
-        lr=_number(t.get("lr", 0.05), "lr"),
-        optimizer=optimizer,
-        momentum=_number(t.get("momentum", 0.0), "momentum"),
-        max_steps=None if max_steps is None else _integer(max_steps, "max_steps"),
-    )
+    training = _training(data.get("training") or {})
     c = data.get("compression") or {}
     params = c.get("params") or {}
     if not isinstance(params, dict):

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from fedplat.client.client import FitResult
+from fedplat.protocol.task import TrainingSettings
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,7 @@ def train_reference(
     res = train_epochs(
         model,
         data,
-        epochs=int(config.get("epochs", 1)),
-        batch_size=int(config.get("batch_size", 32)),
-        lr=float(config.get("lr", 0.05)),
-        optimizer=str(config.get("optimizer", "sgd")),
-        momentum=float(config.get("momentum", 0.0)),
-        max_steps=config.get("max_steps"),
+        **TrainingSettings.from_train_config(config).model_dump(),
         seed=None if config.get("seed") is None else int(config["seed"]),
     )
     return FitResult(res.num_examples, {"train_loss": float(res.mean_loss)})

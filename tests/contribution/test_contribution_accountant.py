@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fedplat.aggregators import ClientDecision, FedAvg
 from pydantic import ValidationError
 
+from fedplat.compression import CountSketch
 from fedplat.contribution import (
     ContributionAccountant,
     ContributionError,
@@ -27,7 +28,6 @@ from fedplat.contribution.flags import (
     RANDOM_UPDATE,
     REPLAYED_UPDATE,
     ZERO_UPDATE,
-    CountSketch,
     modified_z,
     sketch_cosine,
 )
@@ -502,11 +502,17 @@ def test_modified_z_and_sketch() -> None:
     z = modified_z(torch.tensor([0.0, 0.1, 0.1, 0.2, -1.0]))
     assert float(z[-1]) < -3.5 and float(z[:4].abs().max()) < 3.5
     assert torch.equal(modified_z(torch.zeros(4)), torch.zeros(4, dtype=torch.float64))
-    sk = CountSketch(10_000, 256, seed=1)
+    cs = CountSketch(rows=1, cols=256)
+
+    def sk(x: torch.Tensor) -> torch.Tensor:
+        return cs.sketch(x, round=0, seed=1, dtype=torch.float64)
+
     a, b = torch.randn(10_000), torch.randn(10_000)
     assert sketch_cosine(sk(a), sk(2 * a)) == pytest.approx(1.0)
     assert abs(sketch_cosine(sk(a), sk(b))) < 0.3
-    assert sk(torch.stack([a, b])).shape == (2, 256)
+    both = sk(torch.stack([a, b]))
+    assert both.shape == (2, 256) and both.dtype == torch.float64
+    assert torch.allclose(both[1], sk(b))
     assert sketch_cosine(sk(torch.zeros(10_000)), sk(a)) == 0.0
 
 

@@ -14,15 +14,16 @@ from fedplat.aggregators import FedAvg
 from scipy.stats import spearmanr
 
 from fedplat.contribution import (
+    ContributionSection,
     GTGSettings,
     SubsetUtility,
     UtilityError,
-    coordinate_median,
     cosine_to_reference,
     exact_shapley,
     gtg_shapley,
     leave_one_out,
 )
+from fedplat.contribution.valuation import Coalitions, round_game
 
 
 @pytest.fixture(autouse=True)
@@ -345,8 +346,15 @@ def test_cosine_to_reference() -> None:
         cosine_to_reference(updates, torch.zeros(2))
 
 
-def test_coordinate_median_resists_a_minority() -> None:
+def test_the_reference_without_an_aggregate_is_the_median_rules() -> None:
+    cfg = ContributionSection()
     honest = torch.ones(5, 4)
     bad = torch.full((2, 4), -100.0)
-    med = coordinate_median(torch.cat([honest, bad]))
-    assert torch.equal(med, torch.ones(4))
+    game = round_game(
+        cfg, cfg.gtg.settings(), 1, 0, torch.cat([honest, bad]), None, Coalitions()
+    )
+    assert torch.equal(game.reference, torch.ones(4))  # resists a minority
+    # Even n: the mean of the two middle values (not torch.median's lower one).
+    pair = torch.tensor([[0.0, 2.0], [4.0, -2.0]])
+    game = round_game(cfg, cfg.gtg.settings(), 1, 0, pair, None, Coalitions())
+    assert game.reference.tolist() == [2.0, 0.0]

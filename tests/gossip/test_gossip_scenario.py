@@ -104,6 +104,9 @@ def test_toml_and_yaml_are_equivalent(tmp_path: Path) -> None:
     [
         ({"rounds": 0}, "rounds: Input should be greater than or equal to 1"),
         ({"colour": "red"}, "colour: Extra inputs are not permitted"),
+        ({"training": {"lr": 0}}, "training.lr: Input should be greater than 0"),
+        ({"training": {"momentum": 0.9}}, "training: .*plain SGD"),
+        ({"training": {"optimizer": "adam"}}, "training: .*plain SGD"),
         ({"topology": {"kind": "ring", "n": 8, "m": 2}}, "does not take \\['m'\\]"),
         (
             {"mixing": {"rule": "gossip"}},

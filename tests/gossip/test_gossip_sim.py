@@ -14,6 +14,7 @@ from fedplat.gossip.recorder import GossipRecorder
 from fedplat.gossip.scenario import load_scenario, parse_scenario
 from fedplat.gossip.sim import GossipSimulation, simulate
 from fedplat.models import create_model, train_epochs
+from fedplat.protocol.task import TrainingSettings
 from fedplat.vectors import flatten, load_vector
 from tests.support import REPO
 
@@ -44,7 +45,7 @@ def test_stacked_training_equals_train_epochs_per_node() -> None:
     stack = StackedModel(model)
     x = flatten(model).repeat(4, 1) + 0.01 * torch.randn(4, stack.dim)
     seeds = [11, 12, 13, 14]
-    out = stack.train(x, data, seeds, epochs=2, batch_size=16, lr=0.1)
+    out = stack.train(x, data, seeds, TrainingSettings(epochs=2, batch_size=16, lr=0.1))
     for i in range(4):
         load_vector(model, x[i])
         train_epochs(model, data[i], epochs=2, batch_size=16, lr=0.1, seed=seeds[i])
@@ -56,6 +57,12 @@ def test_stacked_training_equals_train_epochs_per_node() -> None:
 def test_stacked_model_rejects_buffers() -> None:
     with pytest.raises(ValueError, match="buffers"):
         StackedModel(torch.nn.BatchNorm1d(3))
+
+
+def test_stacked_training_is_plain_sgd() -> None:
+    stack = StackedModel(torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match="plain SGD"):
+        stack.train(torch.zeros(0, stack.dim), [], [], TrainingSettings(momentum=0.9))
 
 
 def test_partition_and_heal_consensus_distance_grows_then_falls() -> None:

@@ -55,7 +55,7 @@ def test_task_roundtrip() -> None:
     [
         ("{oops", "not JSON"),
         ("[1]", "JSON object"),
-        ('{"training": {"epochs": "many"}}', "epochs must be an integer"),
+        ('{"training": {"epochs": "many"}}', "epochs: Input should be a valid integer"),
         ('{"training": {"lr": NaN}}', "finite"),
         ('{"privacy": {"mode": "huh", "clip_norm": 1, "noise_multiplier": 1}}', "mode"),
     ],

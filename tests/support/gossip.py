@@ -16,6 +16,7 @@ from fedplat.gossip.scenario import ModelSpec
 from fedplat.gossip.setup import NodeData, build_model
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.tls import PeerTls
+from fedplat.protocol.task import TrainingSettings
 from fedplat.testing.peer import member_tls
 from tests.support.configs import free_port
 
@@ -54,8 +55,7 @@ def make_peer(
         "listen": f"127.0.0.1:{port}",
         "seeds": seeds,
         "rounds": 5,
-        "lr": 0.1,
-        "batch_size": 16,
+        "training": TrainingSettings(lr=0.1, batch_size=16),
         "heartbeat_s": 0.2,
         "dead_after_s": 1.5,
         "round_timeout_s": 5.0,
