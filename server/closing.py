@@ -18,14 +18,15 @@ from typing import Any
 import torch
 from fedplat.aggregators import FedAvg
 from fedplat.server.aggregation import StepResult
-from fedplat.server.board import RoundState
 from fedplat.server.bounds import reference_extra
 from fedplat.server.checkpoint import Checkpoint, prune_checkpoints, save_checkpoint
 from fedplat.server.context import RunContext
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.round import NO_UPDATE, Round
 from fedplat.server.runstate import now_utc
 
 from fedplat.contribution import ContributionError, RoundContribution
+from fedplat.protocol.outcomes import OutcomeStatus
 from fedplat.store import (
     ContributionRow,
     EventRow,
@@ -50,41 +51,38 @@ class Completed:
 
 
 def participations(
-    r: RoundState, verdicts: dict[str, Verdict]
+    r: Round, verdicts: dict[str, Verdict]
 ) -> tuple[ParticipationRow, ...]:
     """One row per selected client, in row (enrolment) order."""
     rows = []
     for a in sorted(r.assignments.values(), key=lambda a: a.row):
-        o = r.outcomes[a.client_id]
-        status, reason = o.status, o.reason
-        if status in ("selected", "downloaded"):
-            status, reason = "dropped", "no update before the round closed"
+        o = r.outcomes[a.client_id]  # final: the round is closed
         rows.append(
             ParticipationRow(
                 client_id=a.client_id,
-                status=status,
+                status=o.status.value,
                 bytes_up=o.bytes_up,
                 bytes_down=o.bytes_down,
                 num_examples=o.num_examples,
                 duration_s=o.duration_s,
                 train_loss=o.train_loss,
                 verdict=verdicts.get(a.client_id, Verdict()),
-                reason=reason,
+                reason=o.reason,
             )
         )
     return tuple(rows)
 
 
-def client_metrics(r: RoundState) -> dict[str, dict[str, float]]:
+def client_metrics(r: Round) -> dict[str, dict[str, float]]:
     return {
         cid: {f"client.{k}": v for k, v in list(o.metrics.items())[:MAX_CLIENT_METRICS]}
         for cid, o in r.outcomes.items()
-        if o.status == "succeeded" and o.metrics
+        if o.status is OutcomeStatus.SUCCEEDED and o.metrics
     }
 
 
 def _bound_event(
-    r: RoundState, kind: str, what: str, rows: list[tuple[str, str, dict[str, Any]]]
+    r: Round, kind: str, what: str, rows: list[tuple[str, str, dict[str, Any]]]
 ) -> EventRow:
     """One round's event naming the clients a bound acted on: ``rows`` of
     (client id, text, details), the first :data:`MAX_BOUND_EVENT_CLIENTS`."""
@@ -104,7 +102,7 @@ def _bound_event(
     )
 
 
-def bound_events(r: RoundState, step: StepResult) -> list[EventRow]:
+def bound_events(r: Round, step: StepResult) -> list[EventRow]:
     """One event per bound that acted in the round (the verdicts carry the
     flags; these carry the numbers)."""
     events = []
@@ -135,7 +133,7 @@ def bound_events(r: RoundState, step: StepResult) -> list[EventRow]:
     return events
 
 
-def bound_metrics(r: RoundState, step: StepResult) -> dict[str, float]:
+def bound_metrics(r: Round, step: StepResult) -> dict[str, float]:
     """The round's bounds as metrics (only those that were on)."""
     bounds = r.accumulator.bounds
     m: dict[str, float] = {}
@@ -150,7 +148,7 @@ def bound_metrics(r: RoundState, step: StepResult) -> dict[str, float]:
     return m
 
 
-def dropped_events(r: RoundState) -> list[EventRow]:
+def dropped_events(r: Round) -> list[EventRow]:
     return [
         EventRow(
             "client_dropped",
@@ -160,7 +158,7 @@ def dropped_events(r: RoundState) -> list[EventRow]:
             cid,
         )
         for cid, o in r.outcomes.items()
-        if o.status in ("selected", "downloaded")
+        if o.status is OutcomeStatus.DROPPED and o.reason == NO_UPDATE
     ]
 
 
@@ -172,7 +170,7 @@ class RoundCloser:
 
     # ---------------------------------------------------------------- success
     def complete(
-        self, r: RoundState, step: StepResult, saved: dict[str, object]
+        self, r: Round, step: StepResult, saved: dict[str, object]
     ) -> Completed:
         ctx, cfg = self.ctx, self.cfg
         accuracy = loss = None
@@ -239,7 +237,7 @@ class RoundCloser:
 
     def _metrics(
         self,
-        r: RoundState,
+        r: Round,
         step: StepResult,
         privacy: dict[str, float],
         contribution: RoundContribution | None,
@@ -267,7 +265,7 @@ class RoundCloser:
 
     def _events(
         self,
-        r: RoundState,
+        r: Round,
         step: StepResult,
         accuracy: float | None,
         loss: float | None,
@@ -301,7 +299,7 @@ class RoundCloser:
 
     # ---------------------------------------------------------------- contribution
     def _contribution(
-        self, r: RoundState, step: StepResult, saved: dict[str, object]
+        self, r: Round, step: StepResult, saved: dict[str, object]
     ) -> RoundContribution | None:
         acc, utility, ctx = self.ctx.contribution, self.ctx.utility, self.ctx
         if acc is None or step.stack is None or utility is None:
@@ -363,17 +361,19 @@ class RoundCloser:
         return [best.checkpoint_path] if best and best.checkpoint_path else []
 
     # ---------------------------------------------------------------- failure
-    def fail(self, r: RoundState, reason: str, *, final: bool) -> None:
+    def fail(self, r: Round, reason: str, *, final: bool) -> None:
         """An attempt without quorum (or a failed aggregation)."""
         ctx = self.ctx
         if self.ctx.plan.mode == "local" and any(
-            o.status == "succeeded" for o in r.outcomes.values()
+            o.status is OutcomeStatus.SUCCEEDED for o in r.outcomes.values()
         ):
             # Under local DP every upload is a noised release whether or not the
             # round completes: the accountant counts it.
             released = ctx.plan.account()
             ctx.store.add_metrics(ctx.run_id, released, round_number=r.number)
-        statuses = {r.assignments[c].name: o.status for c, o in r.outcomes.items()}
+        statuses = {
+            r.assignments[c].name: o.status.value for c, o in r.outcomes.items()
+        }
         if not final:
             ctx.recorder.event(
                 "round_attempt_failed",

@@ -26,13 +26,15 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from fedplat.server.board import RoundState, TaskBoard
+from fedplat.server.board import TaskBoard
 from fedplat.server.config import RunConfig
 from fedplat.server.context import RunContext, build_context
 from fedplat.server.driver import RoundDriver, RoundOutcome
 from fedplat.server.evaluation import Evaluator
 from fedplat.server.intake import Intake, Upload
 from fedplat.server.registry import ClientRegistry, ClientState, PeerIdentity, Rejection
+from fedplat.server.round import Round
+from fedplat.server.waiting import Poll, Wakeup, run_sync
 
 from fedplat.proto import serde, streams
 from fedplat.protocol.errors import (
@@ -205,17 +207,29 @@ class Coordinator:
 
     def get_task(self, client_id: str, token: str, wait_seconds: float = 0.0) -> Task:
         c = self.authenticate(client_id, token)
-        wait = max(0.0, min(wait_seconds, self.cfg.server.long_poll_seconds))
+        return run_sync(self.task_poll(c, wait_seconds))
+
+    def task_poll(self, c: ClientState, wait_seconds: float) -> Poll[Task]:
+        """The caller's long poll for a task (the one loop; the gRPC servicer
+        drives it as a coroutine, the in-memory transport from a thread):
+        TRAIN or FINISHED as soon as there is one, WAIT after ``wait_seconds``
+        (at most ``server.long_poll_seconds``). Only a round that selects the
+        caller, or the run's end, wakes it."""
+        wait = wait_seconds if wait_seconds == wait_seconds else 0.0
+        wait = max(0.0, min(wait, self.cfg.server.long_poll_seconds))
+        waiters = self.board.waiters
         end = time.monotonic() + wait
         while True:
-            gen = self.board.signal.gen
+            woken = waiters.register(c.client_id)
             task = self.task_for(c)
-            if task is not None:
-                return task
             left = end - time.monotonic()
-            if left <= 0:
-                return self.wait_task()
-            self.board.signal.wait(gen, min(left, 1.0))
+            if task is not None or left <= 0:
+                waiters.discard(c.client_id, woken)
+                return task if task is not None else self.wait_task()
+            try:
+                yield woken, min(left, 5.0)
+            finally:
+                waiters.discard(c.client_id, woken)
             self.registry.touch(c)
 
     # ---------------------------------------------------------------- download
@@ -236,17 +250,10 @@ class Coordinator:
             raise StaleUpdate(f"task {task_id!r} is not an open task of this client")
         r, a = found
         payload = self.ctx.model.current()
-        with self.board.lock:
-            o = r.outcomes[a.client_id]
-            if o.status == "selected":
-                o.status = "downloaded"
-            if o.downloaded_at is None:
-                o.downloaded_at = self.clock()
+        r.downloaded(a.client_id, self.clock())
 
         def sent(nbytes: int) -> None:
-            with self.board.lock:
-                if self.board.round is r:
-                    o.bytes_down += nbytes
+            r.count(a.client_id, down=nbytes)
 
         return payload, sent
 
@@ -300,7 +307,6 @@ class Coordinator:
         sa = r.secagg
         if sa is None:
             raise InvalidArgument("this round does not use secure aggregation")
-        o = r.outcomes[a.client_id]
         if req.message:
             if len(req.message) > sa.max_message_bytes:
                 raise ResourceExhausted("secure-aggregation message too large")
@@ -320,7 +326,7 @@ class Coordinator:
             with self.board.lock:
                 if self.board.round is not r:
                     raise StaleUpdate(f"round {r.number} closed")
-                o.bytes_up += _wire(serde.secagg_request_to_proto(req))
+                r.count(a.client_id, up=_wire(serde.secagg_request_to_proto(req)))
                 try:
                     sa.receive(a.client_id, req.message)
                 except SecAggError as exc:
@@ -331,25 +337,38 @@ class Coordinator:
         with self.board.lock:
             reply = sa.reply(a.client_id)
             if reply.kind is SecAggReplyKind.DONE:
-                r.answered.add(a.client_id)  # no task left: GetTask waits
-            if not req.message:
-                o.bytes_up += _wire(serde.secagg_request_to_proto(req))
-            o.bytes_down += _wire(serde.secagg_reply_to_proto(reply))
+                r.mark_answered(a.client_id)  # no task left: GetTask waits
+            up = 0 if req.message else _wire(serde.secagg_request_to_proto(req))
+            r.count(a.client_id, up=up, down=_wire(serde.secagg_reply_to_proto(reply)))
         return reply
 
     def secagg(self, client_id: str, token: str, req: SecAggRequest) -> SecAggReply:
         """:meth:`secagg_step`, holding a WAIT for up to ``req.wait_seconds``."""
         c = self.authenticate(client_id, token)
+        return run_sync(self.secagg_poll(c, req))
+
+    def secagg_poll(
+        self,
+        c: ClientState,
+        req: SecAggRequest,
+        first: tuple[Wakeup, SecAggReply] | None = None,
+    ) -> Poll[SecAggReply]:
+        """The secure-aggregation long poll (the one loop, as :meth:`task_poll`):
+        ``req``'s step, then message-less steps while the phase is open, up to
+        ``req.wait_seconds``. ``first``: the wakeup taken before the caller made
+        ``req``'s step itself (off the event loop), and that step's reply."""
         wait = max(0.0, min(req.wait_seconds, self.cfg.server.long_poll_seconds))
         end = time.monotonic() + wait
+        woken, reply = first if first is not None else (None, None)
         while True:
-            gen = self.board.signal.gen
-            reply = self.secagg_step(c, req)
+            if reply is None or woken is None:
+                woken = self.board.signal.wakeup()
+                reply = self.secagg_step(c, req)
             left = end - time.monotonic()
             if reply.kind is not SecAggReplyKind.WAIT or left <= 0:
                 return reply
-            req = replace(req, message=b"", signature=b"")
-            self.board.signal.wait(gen, min(left, 1.0))
+            yield woken, min(left, 5.0)
+            req, reply = replace(req, message=b"", signature=b""), None
 
     # ---------------------------------------------------------------- metrics
     def report_metrics(
@@ -400,7 +419,7 @@ class Coordinator:
         return self.driver.close_round()
 
     @property
-    def current_round(self) -> RoundState | None:
+    def current_round(self) -> Round | None:
         return self.board.round
 
     def live_clients(self) -> list[str]:

@@ -36,12 +36,13 @@ from fedplat.server.accumulator import (
     SketchSum,
 )
 from fedplat.server.aggregation import StepResult, aggregate_round, needs_rows
-from fedplat.server.board import Assignment, RoundState, TaskBoard
+from fedplat.server.board import TaskBoard
 from fedplat.server.bounds import RoundBounds, reference_from, round_weight_cap
 from fedplat.server.closing import RoundCloser
 from fedplat.server.context import RunContext
 from fedplat.server.intake import Intake
 from fedplat.server.registry import ClientRegistry, ClientState
+from fedplat.server.round import Assignment, Round
 from fedplat.server.secagg_round import SecAggRound, settle_secagg
 
 from fedplat.compression import derive_seed
@@ -113,8 +114,7 @@ class RoundDriver:
                 logged = True
             if end is not None and time.monotonic() >= end:
                 return False
-            gen = self.board.signal.gen
-            self.board.signal.wait(gen, 0.5)
+            self.board.signal.wait(0.5)
         return False
 
     def revocations(self) -> None:
@@ -154,7 +154,7 @@ class RoundDriver:
         acc = self._accumulator(len(chosen), self._bounds(chosen))
         now = self.clock()
         deadline = now + self.cfg.deadlines.round_seconds
-        state = RoundState(
+        state = Round(
             number,
             self.attempt,
             now,
@@ -311,7 +311,7 @@ class RoundDriver:
             )
 
     # ---------------------------------------------------------------- wait
-    def round_done(self, r: RoundState) -> bool:
+    def round_done(self, r: Round) -> bool:
         now = self.clock()
         if r.secagg is not None:
             # Its phases have their own deadlines (SecAggRound).
@@ -320,9 +320,7 @@ class RoundDriver:
             if changed:
                 self.board.signal.notify()
             return bool(r.secagg.finished)
-        with self.board.lock:
-            answered = len(r.answered)
-            ok = sum(o.status == "succeeded" for o in r.outcomes.values())
+        answered, ok = r.num_answered(), r.num_succeeded()
         if now >= r.deadline or answered >= len(r.assignments):
             return True
         extra = self.cfg.deadlines.close_after_quorum_seconds
@@ -337,17 +335,18 @@ class RoundDriver:
         r = self.board.round
         if r is None:
             return
-        while not self.round_done(r) and not (stop is not None and stop.is_set()):
-            gen = self.board.signal.gen
+        while True:
+            woken = self.board.signal.wakeup()
+            if self.round_done(r) or (stop is not None and stop.is_set()):
+                return
             left = r.deadline - self.clock()
             # Secure-aggregation phases run past the training deadline.
-            self.board.signal.wait(gen, 0.5 if r.secagg else max(0.01, min(0.5, left)))
+            woken.wait(0.5 if r.secagg else max(0.01, min(0.5, left)))
 
     # ---------------------------------------------------------------- close
     def close_round(self) -> RoundOutcome:
         """Take the round off the board, aggregate if quorum, record it once."""
-        r = self.board.close()
-        self.intake.seal(r)  # no writer touches the rows from here on
+        r = self.board.close()  # sealed: no writer touches the rows from here on
         self.phase = "aggregating"
         try:
             outcome = self._close(r)
@@ -357,10 +356,11 @@ class RoundDriver:
             self.board.finish()
         return outcome
 
-    def _close(self, r: RoundState) -> RoundOutcome:
+    def _close(self, r: Round) -> RoundOutcome:
         if r.secagg is not None:
             settle_secagg(r, self.p.plan, self.p.recorder)
-        ok = [cid for cid, o in r.outcomes.items() if o.status == "succeeded"]
+        r.close()  # every outcome final from here on
+        ok = r.succeeded()
         quorum = self.cfg.selection.quorum
         # Under central DP every round releases, whatever arrived (docs/privacy.md).
         if self.p.plan.central is None and len(ok) < quorum:
@@ -387,7 +387,7 @@ class RoundDriver:
         return self._complete(r, step, saved)
 
     def _complete(
-        self, r: RoundState, step: StepResult, saved: dict[str, object]
+        self, r: Round, step: StepResult, saved: dict[str, object]
     ) -> RoundOutcome:
         try:
             done = self.closer.complete(r, step, saved)
@@ -408,15 +408,16 @@ class RoundDriver:
             done.loss,
         )
 
-    def _fail(self, r: RoundState, reason: str) -> RoundOutcome:
+    def _fail(self, r: Round, reason: str) -> RoundOutcome:
         final = self.attempt >= self.cfg.deadlines.max_round_attempts
         self.closer.fail(r, reason, final=final)
         if final:
             self.board.finished = True
         else:
             self.attempt += 1
-        ok = sum(o.status == "succeeded" for o in r.outcomes.values())
-        return RoundOutcome(r.number, False, len(r.assignments), ok, reason=reason)
+        return RoundOutcome(
+            r.number, False, len(r.assignments), r.num_succeeded(), reason=reason
+        )
 
     # ---------------------------------------------------------------- loop
     def gather_clients(self, stop: threading.Event) -> bool:

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from fedplat.server.accumulator import Accepted
-from fedplat.server.board import Assignment, RoundState, TaskBoard
+from fedplat.server.board import TaskBoard
 from fedplat.server.config import RunConfig
 from fedplat.server.registry import ClientRegistry, ClientState, Rejection
+from fedplat.server.round import Assignment, Delivery, Round
 from fedplat.server.uplink_plan import UplinkPlan
 
 from fedplat.compression.wire import PayloadError
@@ -52,17 +51,9 @@ from fedplat.protocol.messages import (
     UploadAck,
     update_statement,
 )
+from fedplat.protocol.outcomes import OutcomeStatus
 from fedplat.security.identity import UPDATE, verify
 from fedplat.vectors import Layout, all_finite, count_nonfinite
-
-
-@dataclass
-class _Gate:
-    """Counts writers into a round's rows, so closing waits for them."""
-
-    cond: threading.Condition
-    closed: bool = False
-    inflight: int = 0
 
 
 def checked_norm(vec: torch.Tensor) -> float:
@@ -105,24 +96,6 @@ class Intake:
         self.max_bytes = min(
             cfg.server.max_update_bytes, max_payload_bytes(layout.numel)
         )
-        self._gates: dict[int, _Gate] = {}
-
-    # -------------------------------------------------------------- round gate
-    def gate(self, r: RoundState) -> _Gate:
-        with self.board.lock:
-            g = self._gates.get(id(r))
-            if g is None:
-                g = self._gates[id(r)] = _Gate(threading.Condition(self.board.lock))
-            return g
-
-    def seal(self, r: RoundState) -> None:
-        """Stop writes into ``r``'s rows and wait for writers in progress."""
-        g = self.gate(r)
-        with g.cond:
-            g.closed = True
-            while g.inflight:
-                g.cond.wait(1.0)
-            self._gates.pop(id(r), None)
 
     # -------------------------------------------------------------- begin
     def _refuse(
@@ -171,7 +144,7 @@ class Intake:
                     client,
                     r.number,
                 )
-            if cid in r.answered:
+            if r.answered(cid):
                 raise self._refuse(
                     DuplicateUpdate(
                         f"an update for task {header.task_id} (round {r.number}) was "
@@ -192,7 +165,7 @@ class Intake:
                 )
         self._check_header(client, header, r, a)
         if self.clock() > r.deadline:
-            self._settle(r, a, "late", f"round {r.number} deadline passed")
+            self._settle(r, a, OutcomeStatus.LATE, f"round {r.number} deadline passed")
             raise self._refuse(
                 StaleUpdate(f"round {r.number} deadline passed"),
                 "late_update",
@@ -203,14 +176,14 @@ class Intake:
             r.accumulator.check_upload()
             check_payload_size(header.total_bytes, self.layout.numel)
         except PayloadError as exc:
-            self._settle(r, a, "rejected", str(exc))
+            self._settle(r, a, OutcomeStatus.REJECTED, str(exc))
             raise self._refuse(
                 InvalidArgument(str(exc)), "update_rejected", client, r.number
             ) from None
         return Upload(self, r, a, client, header)
 
     def _check_header(
-        self, client: ClientState, header: UpdateHeader, r: RoundState, a: Assignment
+        self, client: ClientState, header: UpdateHeader, r: Round, a: Assignment
     ) -> None:
         """Checks that leave the task open (the header is not yet attributed)."""
         if header.encoding != PAYLOAD_V1:
@@ -262,21 +235,15 @@ class Intake:
 
     def _settle(
         self,
-        r: RoundState,
+        r: Round,
         a: Assignment,
-        status: str,
+        status: OutcomeStatus,
         reason: str,
         wire_bytes: int = 0,
     ) -> None:
         """Record a final, attributable failure of the client's round."""
-        with self.board.lock:
-            if self.board.round is not r or a.client_id in r.answered:
-                return
-            o = r.outcomes[a.client_id]
-            o.status, o.reason = status, reason
-            o.bytes_up += wire_bytes
-            r.answered.add(a.client_id)
-        self.board.signal.notify()
+        if r.settle(a.client_id, status, reason, wire_bytes):
+            self.board.signal.notify()
 
 
 class Upload:
@@ -285,7 +252,7 @@ class Upload:
     def __init__(
         self,
         intake: Intake,
-        r: RoundState,
+        r: Round,
         a: Assignment,
         client: ClientState,
         header: UpdateHeader,
@@ -313,40 +280,40 @@ class Upload:
         )
 
     def write(self, data: memoryview | bytes) -> None:
-        g = self.intake.gate(self.r)
-        with g.cond:
-            if g.closed:
-                raise StaleUpdate(f"round {self.r.number} closed during the upload")
-            g.inflight += 1
         assert self.sink is not None, "start() first"
-        try:
-            self._hash.update(data)
-            self.sink.write(data)
-        except PayloadError as exc:
-            raise InvalidArgument(f"bad payload: {exc}") from None
-        finally:
-            with g.cond:
-                g.inflight -= 1
-                g.cond.notify_all()
+        with self.r.writing():  # the round does not seal under a row write
+            try:
+                self._hash.update(data)
+                self.sink.write(data)
+            except PayloadError as exc:
+                raise InvalidArgument(f"bad payload: {exc}") from None
 
     def finish(self) -> UploadAck:
         """Check and accept the update (or raise with the reason)."""
-        h, r, a = self.header, self.r, self.a
+        h, r = self.header, self.r
         assert self.sink is not None, "start() first"
         if self._hash.hexdigest() != h.sha256:
             raise InvalidArgument("update checksum mismatch (corrupted or truncated)")
-        try:
-            vec = self.sink.finish()
-        except PayloadError as exc:
-            raise InvalidArgument(f"bad payload: {exc}") from None
-        norm = checked_norm(vec)
-        limit = self.intake.cfg.server.max_update_norm
-        if norm > limit:
-            raise InvalidArgument(
-                f"update norm {norm:.3g} exceeds the plausible maximum {limit:.3g}"
-            )
-        clipped = self.intake.plan.clip_row(vec, norm)
-        intake = self.intake
+        # Decoding the last piece, clipping and committing touch the row: the
+        # round does not seal (nor its rows move) until this is done.
+        with r.writing():
+            try:
+                vec = self.sink.finish()
+            except PayloadError as exc:
+                raise InvalidArgument(f"bad payload: {exc}") from None
+            norm = checked_norm(vec)
+            limit = self.intake.cfg.server.max_update_norm
+            if norm > limit:
+                raise InvalidArgument(
+                    f"update norm {norm:.3g} exceeds the plausible maximum {limit:.3g}"
+                )
+            clipped = self.intake.plan.clip_row(vec, norm)
+            self._commit(vec, norm, clipped)
+        self.intake.board.signal.notify()
+        return UploadAck(True, f"update for round {r.number} accepted", self.wire_bytes)
+
+    def _commit(self, vec: torch.Tensor, norm: float, clipped: bool) -> None:
+        h, r, a, intake = self.header, self.r, self.a, self.intake
         # The averaging weight: the example count capped by the token, the run
         # and the round (its weight bound) for a weighted rule; 1 otherwise
         # (robust rules, central DP's unweighted mean).
@@ -360,40 +327,26 @@ class Upload:
             norm,
             weight_capped=weighted and weight < h.num_examples,
         )
-        g = intake.gate(r)
-        with intake.board.lock:
-            if intake.board.round is not r or g.closed:
-                raise StaleUpdate(
-                    f"round {r.number} closed while the update was decoded"
-                )
-            if a.client_id in r.answered:
-                raise DuplicateUpdate(
-                    f"an update for round {r.number} was already received"
-                )
-            r.answered.add(a.client_id)  # reserved: nobody else commits this row
-            g.inflight += 1  # closing the round waits for this commit
+        r.reserve(a.client_id)  # nobody else commits this row
         try:
-            # Outside the board's lock: adding a large row takes milliseconds,
-            # and the event loop takes that lock on every poll.
             r.accumulator.commit(accepted, vec)
-        finally:
-            with g.cond:
-                g.inflight -= 1
-                g.cond.notify_all()
-        with intake.board.lock:
-            o = r.outcomes[a.client_id]
-            now = intake.clock()
-            o.status = "succeeded"
-            o.bytes_up += self.wire_bytes
-            o.num_examples = h.num_examples
-            o.weight = weight if weighted else float(examples)
-            o.duration_s = max(0.0, now - (o.downloaded_at or r.opened_at))
-            o.train_loss = h.metrics.get("train_loss")
-            o.metrics = dict(h.metrics)
-            o.clipped = clipped
+        except BaseException:
+            r.unreserve(a.client_id, "the update could not be added", self.wire_bytes)
             self._done = True
-        intake.board.signal.notify()
-        return UploadAck(True, f"update for round {r.number} accepted", self.wire_bytes)
+            raise
+        r.succeed(
+            a.client_id,
+            Delivery(
+                bytes_up=self.wire_bytes,
+                num_examples=h.num_examples,
+                weight=weight if weighted else float(examples),
+                train_loss=h.metrics.get("train_loss"),
+                metrics=h.metrics,
+                clipped=clipped,
+            ),
+            intake.clock(),
+        )
+        self._done = True
 
     def fail(self, exc: FedplatError) -> None:
         """Release the row; record the failure as the client's (the header was
@@ -402,7 +355,8 @@ class Upload:
             return
         if self.row is not None:
             self.r.accumulator.release(self.a.row, self.row)
-        status = "late" if isinstance(exc, StaleUpdate) else "rejected"
+        late = isinstance(exc, StaleUpdate)
+        status = OutcomeStatus.LATE if late else OutcomeStatus.REJECTED
         if not isinstance(exc, DuplicateUpdate):
             self.intake._settle(self.r, self.a, status, exc.reason, self.wire_bytes)
         if not exc.recorded:

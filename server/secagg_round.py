@@ -47,8 +47,8 @@ from fedplat.secagg import (
 )
 
 if TYPE_CHECKING:
-    from fedplat.server.board import RoundState
     from fedplat.server.recorder import Recorder
+    from fedplat.server.round import Round
     from fedplat.server.uplink_plan import UplinkPlan
 
 __all__ = ["SecAggRound", "settle_secagg"]
@@ -191,7 +191,7 @@ class SecAggRound:
         return [p.client_id for p in self.parties.values() if p.party in ids]
 
 
-def settle_secagg(r: RoundState, plan: UplinkPlan, recorder: Recorder) -> None:
+def settle_secagg(r: Round, plan: UplinkPlan, recorder: Recorder) -> None:
     """At close: the survivors' outcomes, refusals as events, and the unmasked
     sum into the round's :class:`MaskedSum` (left empty when the protocol
     aborted: the round then releases noise only)."""
@@ -199,8 +199,7 @@ def settle_secagg(r: RoundState, plan: UplinkPlan, recorder: Recorder) -> None:
     acc = r.accumulator
     assert isinstance(acc, MaskedSum)
     for cid, reason in sa.rejected.items():
-        o = r.outcomes[cid]
-        o.status, o.reason = "rejected", f"secure aggregation: {reason}"
+        r.secagg_rejected(cid, reason)
         recorder.rejection(
             Rejection("secagg_refused", reason, cid, {"round": r.number})
         )
@@ -226,7 +225,4 @@ def settle_secagg(r: RoundState, plan: UplinkPlan, recorder: Recorder) -> None:
         [Accepted(c, r.assignments[c].row, 1.0) for c in survivors],
         unclipped,
     )
-    for c in survivors:
-        o = r.outcomes[c]
-        o.status, o.weight = "succeeded", 1.0
-        r.answered.add(c)
+    r.secagg_succeeded(survivors)

@@ -25,12 +25,12 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.registry import ClientState, PeerIdentity
+from fedplat.server.waiting import run_async
 from fedplat.server.wire import MessageLimits, peer_address, read_one
 
 from fedplat.proto import fedplat_pb2 as pb
@@ -42,7 +42,7 @@ from fedplat.protocol.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from fedplat.protocol.messages import SecAggReplyKind, Task, is_client_id
+from fedplat.protocol.messages import is_client_id
 from fedplat.transport.grpc import CLIENT_ID_KEY, TOKEN_KEY
 from fedplat.transport.limits import RefusalLog, StreamSlots
 from fedplat.transport.status import status_of
@@ -199,24 +199,10 @@ class CoordinatorServicer:
         async def run() -> pb.Task:
             with self._client_call(context) as c:
                 req = await self._request(it, "GetTask")
-                wait = req.wait_seconds
-                wait = max(0.0, min(wait if wait == wait else 0.0, self.long_poll))
-                return serde.task_to_proto(await self._wait_task(c, wait))
+                poll = self.coord.task_poll(c, req.wait_seconds)
+                return serde.task_to_proto(await run_async(poll))
 
         return await self._guard("GetTask", context, run)
-
-    async def _wait_task(self, c: ClientState, wait: float) -> Task:
-        board = self.coord.board
-        end = time.monotonic() + wait
-        while True:
-            woken = board.waiters.register(c.client_id)
-            task = self.coord.task_for(c)
-            left = end - time.monotonic()
-            if task is not None or left <= 0:
-                board.waiters.discard(c.client_id, woken)
-                return task if task is not None else self.coord.wait_task()
-            await board.waiters.wait(c.client_id, woken, min(left, 5.0))
-            self.coord.registry.touch(c)
 
     async def ReportMetrics(self, it: AsyncIterator[Any], context: Any) -> Any:
         async def run() -> pb.MetricsAck:
@@ -238,17 +224,12 @@ class CoordinatorServicer:
         return await self._guard("SecAgg", context, run)
 
     async def _secagg(self, c: ClientState, req: Any) -> pb.SecAggReply:
-        wait = min(req.wait_seconds, self.long_poll)
-        end = time.monotonic() + wait
-        board = self.coord.board
-        while True:
-            gen = board.signal.gen
-            reply = await asyncio.to_thread(self.coord.secagg_step, c, req)
-            left = end - time.monotonic()
-            if reply.kind is not SecAggReplyKind.WAIT or left <= 0:
-                return serde.secagg_reply_to_proto(reply)
-            req = replace(req, message=b"", signature=b"")
-            await board.signal.wait_async(gen, min(left, 5.0))
+        # The caller's own step (signature, protocol message) off the event
+        # loop; then the long poll (cheap steps) as a coroutine.
+        woken = self.coord.board.signal.wakeup()
+        first = await asyncio.to_thread(self.coord.secagg_step, c, req)
+        reply = await run_async(self.coord.secagg_poll(c, req, (woken, first)))
+        return serde.secagg_reply_to_proto(reply)
 
     # ---------------------------------------------------------------- download
     async def DownloadModel(self, it: AsyncIterator[Any], context: Any) -> None:

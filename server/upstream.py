@@ -53,11 +53,11 @@ from typing import Any
 
 import torch
 from fedplat.client import Client, FitResult
-from fedplat.server.board import RoundState
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.context import ModelCache
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.driver import RoundDriver
+from fedplat.server.round import Round
 from fedplat.server.runstate import RunState, now_utc
 
 from fedplat.protocol.errors import FedplatError, StaleUpdate
@@ -248,15 +248,15 @@ class EdgeDriver(RoundDriver):
         weight, metrics = self._summary(r)
         return FitResult(weight, metrics)
 
-    def _wait_until(self, r: RoundState, cutoff: float) -> None:
-        while not self.round_done(r) and not self._stop.is_set():
+    def _wait_until(self, r: Round, cutoff: float) -> None:
+        while True:
+            woken = self.board.signal.wakeup()
             left = cutoff - time.time()
-            if left <= 0:
+            if self.round_done(r) or self._stop.is_set() or left <= 0:
                 return
-            gen = self.board.signal.gen
-            self.board.signal.wait(gen, max(0.01, min(0.5, left)))
+            woken.wait(max(0.01, min(0.5, left)))
 
-    def _summary(self, r: RoundState) -> tuple[int, dict[str, float]]:
+    def _summary(self, r: Round) -> tuple[int, dict[str, float]]:
         """The kept clients' summed weight and the edge round's summary."""
         parts = self.p.store.list_participations(self.p.run_id, r.number)
         kept = [

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from fedplat.client import Client
 from fedplat.protocol.errors import Unauthenticated, UnknownClient
 from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
-from fedplat.server.board import RoundState
 from fedplat.server.config import RunConfig
 from fedplat.server.coordinator import Coordinator, RoundOutcome
 from fedplat.server.evaluation import Evaluator
 from fedplat.server.registry import PeerIdentity
+from fedplat.server.round import Round
 from fedplat.store import Store
 
 #: Virtual seconds a round lasts (its deadline never passes on the virtual clock).
@@ -133,7 +133,7 @@ def step_client(client: Client) -> None:
 
 def _secure_aggregation(
     coord: VirtualCoordinator,
-    r: RoundState,
+    r: Round,
     step_selected: Callable[[Sequence[str]], None],
     ids: Sequence[str],
 ) -> None:
