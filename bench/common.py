@@ -38,7 +38,8 @@ MB = 1e6
 
 def source_state() -> dict[str, Any]:
     """The commit the benchmark's code is at and whether tracked files differ
-    from it (a result from a dirty tree says so)."""
+    from it (a result from a dirty tree says so); results files themselves
+    (bench/results/) do not count, since a benchmark saves as it goes."""
     repo = Path(__file__).resolve().parents[1]
 
     def git(*args: str) -> str | None:
@@ -51,7 +52,10 @@ def source_state() -> dict[str, Any]:
         return out.stdout.strip() if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".",
+        ":(exclude)bench/results",
+    )  # fmt: skip
     return {"commit": commit, "tree_dirty": None if status is None else bool(status)}
 
 
