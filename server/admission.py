@@ -14,7 +14,8 @@ them. None of them may spend anything an honest device needs to enrol:
   of the enrolment tokens this run could use are read from the store at start,
   and again when an unknown token comes in, at a bounded rate, so a flood of
   made-up tokens costs set lookups, not database transactions. The store stays
-  the authority (:meth:`~fedplat.store.Store.consume_token`).
+  the authority (:meth:`~fedplat.store.Store.consume_token`); the gate reads it
+  through the read port (:class:`~fedplat.server.reads.AdmissionReads`).
 - **The enrolment rate limit spends on admissions only**
   (:class:`AdmissionLimits`). ``admission.enrol_per_second`` is charged by a
   new client whose credential checked out, just before it is admitted: under
@@ -37,6 +38,7 @@ from collections.abc import Callable
 
 from fedplat.server.config import RunConfig
 from fedplat.server.ratelimit import TokenBucket
+from fedplat.server.reads import TOKEN_PREFIX, AdmissionReads, token_hash
 
 from fedplat.protocol.errors import (
     FedplatError,
@@ -46,8 +48,6 @@ from fedplat.protocol.errors import (
     UnknownClient,
 )
 from fedplat.protocol.messages import Challenge, EnrollRequest
-from fedplat.store import Store
-from fedplat.store.clients import TOKEN_PREFIX, token_hash
 
 # version, issuer (random per coordinator process), expiry (ms since the
 # epoch), random
@@ -141,17 +141,17 @@ class UsableTokens:
 
     def __init__(
         self,
-        store: Store,
+        reads: AdmissionReads,
         run_name: str,
         clock: Callable[[], float],
         reloads_per_second: float = 2.0,
         reload_burst: int = 10,
     ) -> None:
-        self.store = store
+        self.reads = reads
         self.run_name = run_name
         self._lock = threading.Lock()
         self._reloads = TokenBucket(reloads_per_second, reload_burst, clock)
-        self._digests = store.usable_token_hashes(run_name)
+        self._digests = reads.usable_token_hashes(run_name)
 
     def known(self, secret: str) -> bool | None:
         """True if ``secret`` is a usable token as far as the store's last read
@@ -170,7 +170,7 @@ class UsableTokens:
         try:
             if not self._reloads.take():
                 return None
-            self._digests = self.store.usable_token_hashes(self.run_name)
+            self._digests = self.reads.usable_token_hashes(self.run_name)
             return digest in self._digests
         finally:
             self._lock.release()
@@ -221,7 +221,7 @@ class Gate:
     def __init__(
         self,
         cfg: RunConfig,
-        store: Store,
+        reads: AdmissionReads,
         run_id: str,
         clock: Callable[[], float],
     ) -> None:
@@ -229,14 +229,14 @@ class Gate:
         self.mode = cfg.admission_mode
         self.max_clients = adm.max_clients
         self.run_name = cfg.run.name
-        self.store = store
+        self.reads = reads
         self.challenges = Challenges(adm.challenge_seconds, clock)
         self.limits = AdmissionLimits(adm.enrol_per_second, adm.enrol_burst, clock)
         self.tokens = (
-            UsableTokens(store, cfg.run.name, clock) if self.mode == "tokens" else None
+            UsableTokens(reads, cfg.run.name, clock) if self.mode == "tokens" else None
         )
         # The run's clients (this process or an earlier one) -> registered key.
-        self._keys = {c.id: c.public_key or "" for c in store.list_clients(run_id)}
+        self._keys = {c.id: c.public_key or "" for c in reads.list_clients(run_id)}
 
     def admitted(self, client_id: str, public_key: bytes) -> None:
         self._keys[client_id] = public_key.hex()
@@ -291,7 +291,7 @@ class Gate:
             )
         # Known in memory, or not even after a fresh read: the store says why
         # (a read; in memory a token may have been revoked or used since).
-        problem = self.store.token_problem(secret, run_name=self.run_name)
+        problem = self.reads.token_problem(secret, run_name=self.run_name)
         if problem is None:
             if known:
                 return None

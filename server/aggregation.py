@@ -8,7 +8,8 @@ released by DP-FedAvg's fixed-denominator estimator
 (:meth:`fedplat.server.central_dp.CentralDP.release`): noise once on the sum,
 divided by ``q N``, de-sketched after; the release is accounted when the round is
 written. It returns the new weights, the aggregate, and one typed
-:class:`~fedplat.store.Verdict` per accepted client. Central DP clipping already
+:class:`~fedplat.store.Verdict` per accepted client (the shape the recorder
+stores with the client's participation). Central DP clipping already
 happened per row at intake (:meth:`fedplat.server.uplink_plan.UplinkPlan.clip_row`).
 
 The round's bounds (:mod:`fedplat.server.bounds`) were applied by the
@@ -33,9 +34,9 @@ from fedplat.server.accumulator import (
 )
 from fedplat.server.central_dp import Release
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.recorder import Verdict
 from fedplat.server.uplink_plan import UplinkPlan
 
-from fedplat.store import Verdict
 from fedplat.vectors import all_finite
 
 

@@ -2,6 +2,10 @@
 
 The event loop runs the server; the round driver and the recorder run in threads
 of their own, so aggregation and store writes never block a client's call.
+
+This module is the composition root: it opens the store and builds the recorder
+on it (:class:`~fedplat.server.recorder.Recorder`, with its read port); every
+other part of the coordinator writes and reads through those, never the store.
 ``serve`` returns the process's exit status: 0 when the run completed (or was
 stopped cleanly to be resumed), 1 when it failed, 2 for configuration errors
 (raised as :class:`~fedplat.server.config.ConfigError`).
@@ -22,6 +26,7 @@ import grpc
 from fedplat.server.checkpoint import CheckpointError, check_writable
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.coordinator import Coordinator
+from fedplat.server.recorder import Recorder
 from fedplat.server.servicer import SERVICE, CoordinatorServicer
 from fedplat.server.wire import check_fd_headroom, grpc_options, health_handler
 from grpc_health.v1 import health, health_pb2
@@ -125,7 +130,7 @@ class Server:
     def __init__(self, cfg: RunConfig, store: Store | None = None) -> None:
         self.cfg = cfg
         self.store = store or Store(cfg.store.url)
-        self.coord = Coordinator(cfg, self.store)
+        self.coord = Coordinator(cfg, Recorder(self.store))
         self.stop_event = threading.Event()
         self.crashed: BaseException | None = None
         self.port = 0

@@ -4,8 +4,10 @@
 version: it evaluates the model when due, accounts contributions (row mode),
 writes the checkpoint (atomic, SHA-256 recorded), and records the round, its
 participations, verdicts, metrics, events and ledger entries in one transaction
-(:meth:`fedplat.store.Store.close_round`). Only then does the in-memory model
-advance, so a crash at any point leaves the store at the previous round.
+through the recorder (:meth:`fedplat.server.recorder.Recorder.close_round`).
+Only then does the in-memory model advance, so a crash at any point leaves the
+store at the previous round. A run that ends without a round to close is marked
+by the recorder too; the best checkpoint is found through the read port.
 """
 
 from __future__ import annotations
@@ -22,18 +24,17 @@ from fedplat.server.bounds import reference_extra
 from fedplat.server.checkpoint import Checkpoint, prune_checkpoints, save_checkpoint
 from fedplat.server.context import RunContext
 from fedplat.server.optimizers import ServerOptimizer
-from fedplat.server.round import NO_UPDATE, Round
-from fedplat.server.runstate import now_utc
-
-from fedplat.contribution import ContributionError, RoundContribution
-from fedplat.protocol.outcomes import OutcomeStatus
-from fedplat.store import (
+from fedplat.server.recorder import (
     ContributionRow,
     EventRow,
     ParticipationRow,
     RoundClose,
     Verdict,
 )
+from fedplat.server.round import NO_UPDATE, Round
+
+from fedplat.contribution import ContributionError, RoundContribution
+from fedplat.protocol.outcomes import OutcomeStatus
 
 log = logging.getLogger("fedplat.server")
 
@@ -354,7 +355,7 @@ class RoundCloser:
         says (``fedplat export --best`` reads it)."""
         done = [
             r
-            for r in self.ctx.store.list_rounds(self.ctx.run_id)
+            for r in self.ctx.reads.list_rounds(self.ctx.run_id)
             if r.status == "completed" and r.accuracy is not None
         ]
         best = max(done, key=lambda r: (r.accuracy, r.number), default=None)
@@ -368,9 +369,11 @@ class RoundCloser:
             o.status is OutcomeStatus.SUCCEEDED for o in r.outcomes.values()
         ):
             # Under local DP every upload is a noised release whether or not the
-            # round completes: the accountant counts it.
+            # round completes: the accountant counts it, and the spending is
+            # written at once (the round itself may never be).
             released = ctx.plan.account()
-            ctx.store.add_metrics(ctx.run_id, released, round_number=r.number)
+            ctx.recorder.metrics(released, round_number=r.number)
+            ctx.recorder.flush()
         statuses = {
             r.assignments[c].name: o.status.value for c, o in r.outcomes.items()
         }
@@ -416,10 +419,7 @@ class RoundCloser:
         ctx = self.ctx
         ctx.recorder.event("privacy_budget_exhausted", reason, level="warning")
         ctx.recorder.event("run_completed", f"run {self.cfg.run.name!r} completed")
-        ctx.recorder.flush()
-        ctx.state.record = ctx.store.update_run(
-            ctx.run_id, status="completed", reason=reason, finished_at=now_utc()
-        )
+        ctx.state.record = ctx.recorder.finish_run("completed", reason)
         ctx.state.finished = True
         log.warning("run stopped: %s", reason)
 
@@ -427,10 +427,7 @@ class RoundCloser:
         """The run fails without a round to close (e.g. no clients came)."""
         ctx = self.ctx
         ctx.recorder.event("run_failed", reason, level="error")
-        ctx.recorder.flush()
-        ctx.state.record = ctx.store.update_run(
-            ctx.run_id, status="failed", reason=reason, finished_at=now_utc()
-        )
+        ctx.state.record = ctx.recorder.finish_run("failed", reason)
         log.error("run failed: %s", reason)
 
 

@@ -1,8 +1,11 @@
 """What the parts of a running coordinator share: one run's components and state.
 
 :func:`build_context` turns a validated config into the run's pieces (model
-layout, rule, server optimizer, uplink plan, evaluator, contribution accountant,
-recorder) and opens or resumes the run in the store (:mod:`fedplat.server.runstate`).
+layout, rule, server optimizer, uplink plan, evaluator, contribution accountant)
+and opens or resumes the run (:mod:`fedplat.server.runstate`) through the
+recorder it is given, which the composition root built on the store
+(:mod:`fedplat.server.app`). The parts write through the recorder and read
+through its read port (:attr:`RunContext.reads`); none holds the store.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from fedplat.aggregators import AggregationError, Aggregator
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.evaluation import Evaluator, build_model, validate_run
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.reads import StoreReader
 from fedplat.server.recorder import Recorder
 from fedplat.server.runstate import RunState, open_run
 from fedplat.server.uplink_plan import UplinkPlan
@@ -30,7 +34,6 @@ from fedplat.contribution import (
 )
 from fedplat.contribution.utility import UtilityFn
 from fedplat.protocol.messages import ModelPayload
-from fedplat.store import Store
 from fedplat.vectors import Layout, flatten, layout_of
 
 
@@ -69,7 +72,7 @@ class ModelCache:
 @dataclass
 class RunContext:
     cfg: RunConfig
-    store: Store
+    reads: StoreReader
     layout: Layout
     state: RunState
     aggregator: Aggregator
@@ -107,12 +110,13 @@ def _aggregator(cfg: RunConfig) -> Aggregator:
 
 def build_context(
     cfg: RunConfig,
-    store: Store,
+    recorder: Recorder,
     *,
     evaluator: Evaluator | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RunContext:
-    """The run's components, and the run opened or resumed in ``store``."""
+    """The run's components, and the run opened or resumed by ``recorder``
+    (which writes for it from then on)."""
     # Before anything is stored or any client selected: a model that does not fit
     # its evaluation data is a ConfigError now, not a crash after round 1.
     validate_run(cfg)
@@ -124,9 +128,11 @@ def build_context(
     evaluator = (
         evaluator if evaluator is not None else Evaluator.from_config(cfg, model)
     )
+    reads = recorder.reads
     state = open_run(
         cfg,
-        store,
+        recorder,
+        reads,
         layout,
         flatten(model, layout),
         optimizer=optimizer,
@@ -135,21 +141,21 @@ def build_context(
     )
     ctx = RunContext(
         cfg,
-        store,
+        reads,
         layout,
         state,
         aggregator,
         optimizer,
         plan,
         evaluator,
-        Recorder(store, state.run_id),
+        recorder,
         ModelCache(layout),
         clock=clock,
     )
     c = cfg.contribution
     if c.enabled:
         key = load_or_create_signing_key(c.key_path) if c.key_path else None
-        ctx.contribution = ContributionAccountant(c, store, state.run_id, key)
+        ctx.contribution = ContributionAccountant(c, reads, state.run_id, key)
         ctx.utility = make_utility_from_metric(evaluator, c.utility)
     return ctx
 

@@ -10,7 +10,12 @@ Parts with one job each (docs/architecture.md):
 - :class:`~fedplat.server.intake.Intake`: one upload, checked and decoded into
   its row;
 - :mod:`~fedplat.server.aggregation`: the pure aggregation step;
-- :class:`~fedplat.server.recorder.Recorder`: every store write.
+- :class:`~fedplat.server.recorder.Recorder`: every store write (and, through
+  :attr:`~fedplat.server.recorder.Recorder.reads`, the parts' store reads).
+
+The coordinator is given the recorder, built on the store by whoever opened it
+(the composition root, :mod:`fedplat.server.app`; the simulator; a test), and
+opens or resumes its run through it; no part of it holds the store.
 
 :class:`Coordinator` exposes the client-facing calls transport-neutrally (the
 in-memory transport calls them directly; the gRPC servicer uses the same parts,
@@ -32,7 +37,9 @@ from fedplat.server.context import RunContext, build_context
 from fedplat.server.driver import RoundDriver, RoundOutcome
 from fedplat.server.evaluation import Evaluator
 from fedplat.server.intake import Intake, Upload
-from fedplat.server.registry import ClientRegistry, ClientState, PeerIdentity, Rejection
+from fedplat.server.recorder import Recorder
+from fedplat.server.refusals import Rejection
+from fedplat.server.registry import ClientRegistry, ClientState, PeerIdentity
 from fedplat.server.round import Round
 from fedplat.server.waiting import Poll, Wakeup, run_sync
 
@@ -61,7 +68,6 @@ from fedplat.protocol.messages import (
 from fedplat.protocol.task import SecAggSpec
 from fedplat.secagg import SecAggError
 from fedplat.security.identity import SECAGG, verify
-from fedplat.store import Store
 
 #: Client metric reports kept per client (one per task it took part in).
 MAX_REPORTS_REMEMBERED = 10_000
@@ -78,27 +84,24 @@ class Coordinator:
     def __init__(
         self,
         cfg: RunConfig,
-        store: Store,
+        recorder: Recorder,
         *,
         evaluator: Evaluator | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cfg = cfg
-        self.store = store
         self.clock = clock
         self.ctx: RunContext = build_context(
-            cfg, store, evaluator=evaluator, clock=clock
+            cfg, recorder, evaluator=evaluator, clock=clock
         )
         rec = self.ctx.recorder
         self.registry = ClientRegistry(
             cfg,
-            store,
-            self.ctx.run_id,
+            self.ctx.reads,
+            rec,
             self.ctx.layout,
             clock=clock,
-            on_reject=rec.rejection,
             on_enrol=self._enrolled,
-            on_seen=rec.seen,
         )
         self.board = TaskBoard()
         self.board.finished = self.ctx.state.finished
@@ -153,7 +156,7 @@ class Coordinator:
 
     @property
     def run_record(self):  # type: ignore[no-untyped-def]
-        return self.store.get_run(self.run_id) or self.ctx.state.record
+        return self.ctx.reads.get_run(self.run_id) or self.ctx.state.record
 
     def _enrolled(self, c: ClientState) -> None:
         self.ctx.recorder.event(

@@ -174,8 +174,7 @@ class RoundDriver:
                 phase_seconds=s.phase_seconds,
             )
         self._mark_running()
-        self.p.store.open_round(
-            self.p.run_id,
+        self.p.recorder.open_round(
             number,
             num_selected=len(chosen),
             deadline_at=datetime.fromtimestamp(deadline, UTC),
@@ -300,15 +299,11 @@ class RoundDriver:
     def _mark_running(self) -> None:
         rec = self.p.state.record
         if rec.status in ("pending", "completed") or rec.started_at is None:
-            self.p.state.record = self.p.store.update_run(
-                self.p.run_id,
-                status="running",
-                started_at=rec.started_at or datetime.now(UTC),
+            self.p.state.record = self.p.recorder.mark_running(
+                rec.started_at or datetime.now(UTC)
             )
         elif rec.status != "running":
-            self.p.state.record = self.p.store.update_run(
-                self.p.run_id, status="running"
-            )
+            self.p.state.record = self.p.recorder.mark_running()
 
     # ---------------------------------------------------------------- wait
     def round_done(self, r: Round) -> bool:

@@ -31,7 +31,8 @@ import torch
 from fedplat.server.accumulator import Accepted
 from fedplat.server.board import TaskBoard
 from fedplat.server.config import RunConfig
-from fedplat.server.registry import ClientRegistry, ClientState, Rejection
+from fedplat.server.refusals import Rejection
+from fedplat.server.registry import ClientRegistry, ClientState
 from fedplat.server.round import Assignment, Delivery, Round
 from fedplat.server.uplink_plan import UplinkPlan
 

@@ -1,18 +1,19 @@
 """The recorder: every store write of a running coordinator.
 
-A round is written twice: one row when it opens, and everything else (each
-selected client's participation and verdict, contributions, metrics, events,
-ledger entries, the run's progress) in one transaction when it closes
-(:meth:`Recorder.close_round`). In between, events and client liveness are
-buffered and flushed by one background thread every ``flush_seconds``, together
-with the coordinator's heartbeat, so no RPC ever waits for the database.
+The only code in server/ that writes the store (:mod:`fedplat.server.app` opens
+it; the parts read through :attr:`Recorder.reads`, a
+:class:`~fedplat.server.reads.StoreReader`). A round is written twice: one row
+when it opens, and everything else (each selected client's participation and
+verdict, contributions, metrics, events, ledger entries, the run's progress) in
+one transaction when it closes (:meth:`Recorder.close_round`). In between, events
+and client liveness are buffered and flushed by one background thread every
+``flush_seconds``, together with the coordinator's heartbeat, so no call waits
+for the database but enrolment, whose admission is durable before it is answered
+(:meth:`Recorder.enrol_client`). The run's own writes (created, resized, its
+status) are made at once; one that follows events of its own flushes them first.
 
-Refusals are events too, but an attacker can cause millions of them: per kind,
-at most ``burst`` are stored in full per ``window`` seconds, and the rest are
-counted and stored as one summary event per window; refusals attributed to one
-enrolled client also draw on that client's own budget (``client_burst`` at
-once, ``client_per_hour`` sustained). Store growth per attack, and per
-identity, is bounded whatever its rate.
+Refusals are events too, but an attacker can cause millions of them: how many
+are stored, per kind and per client, is :mod:`fedplat.server.refusals`' budget.
 
 Nothing a caller sent can make a write fail: every buffered event and metric
 is checked against the store's bounds when it is buffered (a bad one is
@@ -20,6 +21,10 @@ replaced by an ``event_refused`` event saying why), and a closing round's
 per-client records are checked one by one (:meth:`Recorder.close_round`): a
 client's record the store would refuse is replaced by a ``failed``
 participation with the reason, and an event, instead of failing the round.
+
+The store's record shapes it accepts (:class:`RoundClose` and its rows,
+:class:`Verdict`) are its input types: the modules that build them take them
+from here.
 """
 
 from __future__ import annotations
@@ -28,41 +33,54 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, Literal
 
-from fedplat.server.ratelimit import TokenBucket
-from fedplat.server.registry import Rejection
+from fedplat.server.reads import StoreReader
+from fedplat.server.refusals import Counted, Keep, RefusalBudget, Rejection
 
+# ContributionRow, EventRow, ParticipationRow, RoundClose and Verdict are the
+# recorder's input types (module docstring): re-exported for the modules that
+# build them.
 from fedplat.store import (
     HEARTBEAT_SECONDS,
+    ClientRecord,
+    ContributionRow,
     EventRow,
     ParticipationRow,
     RoundClose,
     RoundRecord,
+    RunRecord,
     Store,
     StoreError,
+    Verdict,
     event_problem,
     metrics_problem,
     participation_problem,
 )
+from fedplat.store.clients import TokenError
 
 log = logging.getLogger("fedplat.server.recorder")
 
 
-@dataclass
-class _Window:
-    start: float
-    stored: int = 0
-    suppressed: int = 0
+class EnrolmentRefused(Exception):
+    """The store refused an enrolment (``token``: because of its token)."""
+
+    def __init__(self, reason: str, *, token: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.token = token
 
 
 class Recorder:
-    """Buffered, batched writes of one run (see the module docstring)."""
+    """Every store write of one run, most of them buffered and batched (see
+    the module docstring). It writes for the run it creates or attaches to."""
 
     def __init__(
         self,
         store: Store,
-        run_id: str,
+        run_id: str | None = None,
         *,
         status: Callable[[], tuple[str | None, int | None]] = lambda: (None, None),
         flush_seconds: float = 0.5,
@@ -73,24 +91,124 @@ class Recorder:
         client_per_hour: float = 360.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
-        self.run_id = run_id
+        self._store = store
+        #: The read port on the same store (the parts read through it).
+        self.reads = StoreReader(store)
+        self._run_id = run_id
         self.status = status
         self._flush_s = flush_seconds
         self._beat_s = heartbeat_seconds
-        self._window_s = window
-        self._burst = burst
         self._clock = clock
         self._lock = threading.Lock()
         self._events: list[EventRow] = []
         self._metrics: list[tuple[dict[str, float], int | None, str | None]] = []
         self._seen: set[str] = set()
-        self._windows: dict[str, _Window] = {}
-        self._client_budget = (client_burst, client_per_hour / 3600.0)
-        self._clients: dict[str, TokenBucket] = {}
+        self._refusals = RefusalBudget(
+            window=window,
+            burst=burst,
+            client_burst=client_burst,
+            client_per_hour=client_per_hour,
+            clock=clock,
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_beat = 0.0
+
+    # ------------------------------------------------------------ the run
+    @property
+    def run_id(self) -> str:
+        """The run written for (created or resumed when the run opens)."""
+        if self._run_id is None:
+            raise RuntimeError("the recorder has no run yet (create_run or attach)")
+        return self._run_id
+
+    def attach(self, run_id: str) -> None:
+        """Write for ``run_id`` from now on (a run being resumed)."""
+        if self._run_id not in (None, run_id):
+            raise RuntimeError(f"the recorder writes for run {self._run_id}")
+        self._run_id = run_id
+
+    def create_run(
+        self,
+        name: str,
+        config: dict[str, Any],
+        layout: dict[str, Any],
+        total_rounds: int,
+    ) -> RunRecord:
+        """Create the run, and write for it from now on."""
+        if self._run_id is not None:
+            raise RuntimeError(f"the recorder writes for run {self._run_id}")
+        run = self._store.create_run(name, config, layout, total_rounds)
+        self.attach(run.id)
+        return run
+
+    def resize_run(self, total_rounds: int, *, reopen: bool) -> RunRecord:
+        """A changed ``run.rounds`` (``reopen``: a completed run runs again)."""
+        self.flush()
+        return self._store.update_run(
+            self.run_id,
+            total_rounds=total_rounds,
+            status="running" if reopen else None,
+        )
+
+    def mark_running(self, started_at: datetime | None = None) -> RunRecord:
+        """The run is running (``started_at``: when it first started)."""
+        return self._store.update_run(
+            self.run_id, status="running", started_at=started_at
+        )
+
+    def finish_run(
+        self, status: Literal["completed", "failed"], reason: str | None = None
+    ) -> RunRecord:
+        """The run ends without a round to close (its events written first)."""
+        self.flush()
+        return self._store.update_run(
+            self.run_id, status=status, reason=reason, finished_at=datetime.now(UTC)
+        )
+
+    # ------------------------------------------------------------ enrolment
+    def enrol_client(
+        self,
+        client_id: str,
+        *,
+        token: str | None,
+        run_name: str,
+        name: str,
+        num_examples: int,
+        info: dict[str, Any],
+        public_key: str,
+        cert_fingerprint: str | None,
+    ) -> ClientRecord:
+        """Admit a client durably, before its call is answered: a new client
+        with an enrolment ``token`` spends it in the same transaction (a client
+        the store refuses keeps its token); otherwise the client is written
+        (or rewritten) as active. Raises :class:`EnrolmentRefused`."""
+        try:
+            if token is not None:
+                return self._store.enrol_with_token(
+                    token,
+                    run_id=self.run_id,
+                    run_name=run_name,
+                    client_id=client_id,
+                    name=name,
+                    num_examples=num_examples,
+                    info=info,
+                    public_key=public_key,
+                )
+            return self._store.upsert_client(
+                self.run_id,
+                client_id,
+                name=name,
+                num_examples=num_examples,
+                info=info,
+                status="active",
+                public_key=public_key,
+                cert_fingerprint=cert_fingerprint,
+            )
+        except TokenError as exc:
+            raise EnrolmentRefused(str(exc), token=True) from exc
+        except StoreError as exc:
+            raise EnrolmentRefused(str(exc), token=False) from exc
 
     # ------------------------------------------------------------ background
     def start(self) -> None:
@@ -108,7 +226,7 @@ class Recorder:
             # The last word: readers tell a clean stop (resumable) from a
             # coordinator that died, whose heartbeat merely goes stale.
             try:
-                self.store.heartbeat(self.run_id, phase="stopped", live_clients=0)
+                self._store.heartbeat(self.run_id, phase="stopped", live_clients=0)
             except StoreError:
                 log.exception("recorder: could not record the stop")
 
@@ -120,7 +238,7 @@ class Recorder:
                 if now - self._last_beat >= self._beat_s:
                     self._last_beat = now
                     phase, live = self.status()
-                    self.store.heartbeat(self.run_id, phase=phase, live_clients=live)
+                    self._store.heartbeat(self.run_id, phase=phase, live_clients=live)
             except StoreError:
                 log.exception("recorder: store write failed (will retry)")
 
@@ -160,31 +278,23 @@ class Recorder:
                 self._metrics.append((kept, round_number, client_id))
 
     def rejection(self, r: Rejection) -> None:
-        """A refusal: stored in full up to ``burst`` per kind and window."""
-        now = self._clock()
+        """A refusal: stored in full within its budgets (module docstring)."""
         with self._lock:
-            if r.client_id is not None and not self._client_allows(r.client_id):
-                # Over this client's own budget: counted, not stored.
-                self._windows.setdefault(r.kind, _Window(now)).suppressed += 1
-                return
-            w = self._windows.get(r.kind)
-            if w is None or now - w.start >= self._window_s:
-                if w is not None and w.suppressed:
-                    self._events.append(self._summary(r.kind, w))
-                w = self._windows[r.kind] = _Window(now)
-            if w.stored >= self._burst:
-                if w.suppressed == 0:
-                    self._events.append(
-                        EventRow(
-                            r.kind,
-                            f"more {r.kind!r} refusals follow; for {self._window_s:.0f}"
-                            " s they are counted, not stored one by one",
-                            "warning",
-                        )
+            decision = self._refusals.admit(r)
+            if decision.ended is not None:
+                self._events.append(self._summary(decision.ended))
+            if decision.keep is Keep.FIRST_COUNTED:
+                self._events.append(
+                    EventRow(
+                        r.kind,
+                        f"more {r.kind!r} refusals follow; for "
+                        f"{self._refusals.window:.0f} s they are counted, not "
+                        "stored one by one",
+                        "warning",
                     )
-                w.suppressed += 1
+                )
+            if decision.keep is not Keep.FULL:
                 return
-            w.stored += 1
             rnd = r.details.get("round")
             self._events.append(
                 _checked(
@@ -199,21 +309,13 @@ class Recorder:
                 )
             )
 
-    def _client_allows(self, client_id: str) -> bool:
-        """One more stored refusal attributed to ``client_id`` (lock held)."""
-        bucket = self._clients.get(client_id)
-        if bucket is None:
-            burst, rate = self._client_budget
-            bucket = self._clients[client_id] = TokenBucket(rate, burst, self._clock)
-        return bucket.take()
-
-    def _summary(self, kind: str, w: _Window) -> EventRow:
+    def _summary(self, c: Counted) -> EventRow:
         return EventRow(
-            kind,
-            f"{w.suppressed} more {kind!r} refusals in {self._window_s:.0f} s "
-            "(not stored one by one)",
+            c.kind,
+            f"{c.suppressed} more {c.kind!r} refusals in "
+            f"{self._refusals.window:.0f} s (not stored one by one)",
             "warning",
-            details={"suppressed": w.suppressed},
+            details={"suppressed": c.suppressed},
         )
 
     def seen(self, client_id: str) -> None:
@@ -222,28 +324,43 @@ class Recorder:
             self._seen.add(client_id)
 
     def flush(self, *, final: bool = False) -> None:
-        now = self._clock()
         with self._lock:
-            for kind, w in list(self._windows.items()):
-                if (final or now - w.start >= self._window_s) and w.suppressed:
-                    self._events.append(self._summary(kind, w))
-                    del self._windows[kind]
+            self._events.extend(map(self._summary, self._refusals.due(final=final)))
             events, self._events = self._events, []
             metrics, self._metrics = self._metrics, []
             seen, self._seen = self._seen, set()
         if events:
-            self.store.add_events(self.run_id, events)
+            self._store.add_events(self.run_id, events)
         for values, rnd, cid in metrics:
-            self.store.add_metrics(self.run_id, values, round_number=rnd, client_id=cid)
+            self._store.add_metrics(
+                self.run_id, values, round_number=rnd, client_id=cid
+            )
         if seen:
-            self.store.touch_clients(self.run_id, sorted(seen), status="active")
+            self._store.touch_clients(self.run_id, sorted(seen), status="active")
 
     # ------------------------------------------------------------ rounds
+    def open_round(
+        self,
+        number: int,
+        *,
+        num_selected: int,
+        deadline_at: datetime,
+        model_version: int,
+    ) -> RoundRecord:
+        """The round's one row while it is open (the rest when it closes)."""
+        return self._store.open_round(
+            self.run_id,
+            number,
+            num_selected=num_selected,
+            deadline_at=deadline_at,
+            model_version=model_version,
+        )
+
     def close_round(self, number: int, close: RoundClose) -> RoundRecord:
         """Write the round (buffered events first, so they precede it); a
         client's record the store would refuse is dropped (module docstring)."""
         self.flush()
-        return self.store.close_round(self.run_id, number, sanitized(close, number))
+        return self._store.close_round(self.run_id, number, sanitized(close, number))
 
 
 def _checked(e: EventRow) -> EventRow:
@@ -311,4 +428,13 @@ def _dropped(number: int, client_id: str, what: str, problem: str) -> EventRow:
     )
 
 
-__all__ = ["Recorder", "sanitized"]
+__all__ = [
+    "ContributionRow",
+    "EnrolmentRefused",
+    "EventRow",
+    "ParticipationRow",
+    "Recorder",
+    "RoundClose",
+    "Verdict",
+    "sanitized",
+]

@@ -18,6 +18,12 @@ Who may speak, and as whom:
 - **Liveness** is the last time a client was heard from; **revocation** (``fedplat
   clients revoke``) is picked up from the store and ends the client's session.
 
+The registry reads the store through the read port
+(:class:`~fedplat.server.reads.RegistryReads`) and admits a client through the
+recorder (:meth:`~fedplat.server.recorder.Recorder.enrol_client`): enrolment is
+the one call that waits for the database, as an admission is durable before it
+is answered. Liveness is written in the recorder's batches.
+
 Refusals never reveal the run's model to a caller that is not admitted: the layout
 is compared only after the credential checked out.
 """
@@ -32,10 +38,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fedplat.server.admission import UNKNOWN_ID, Gate
 from fedplat.server.config import RunConfig
+from fedplat.server.reads import ClientRecord, RegistryReads
+from fedplat.server.recorder import EnrolmentRefused, Recorder
+from fedplat.server.refusals import Rejection
 
 from fedplat.protocol.errors import (
     FedplatError,
@@ -48,8 +57,6 @@ from fedplat.protocol.errors import (
 from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
 from fedplat.security.certs import CertError, fingerprint
 from fedplat.security.identity import ENROL, verify
-from fedplat.store import ClientRecord, Store, StoreError
-from fedplat.store.clients import TokenError
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.server.registry")
@@ -89,49 +96,38 @@ class PeerIdentity:
     cert_pem: bytes | None = None
 
 
-@dataclass
-class Rejection:
-    """A refusal the recorder stores as an event (rate-limited)."""
-
-    kind: str
-    reason: str
-    client_id: str | None = None
-    details: dict[str, object] = field(default_factory=dict)
-
-
 class ClientRegistry:
     """Enrolled clients of one run (see the module docstring)."""
 
     def __init__(
         self,
         cfg: RunConfig,
-        store: Store,
-        run_id: str,
+        reads: RegistryReads,
+        recorder: Recorder,
         layout: Layout,
         *,
         clock: Callable[[], float] = time.time,
-        on_reject: Callable[[Rejection], None] = lambda r: None,
         on_enrol: Callable[[ClientState], None] = lambda c: None,
-        on_seen: Callable[[str], None] = lambda client_id: None,
     ) -> None:
         self.cfg = cfg
         self.adm = cfg.admission
         self.mode = cfg.admission_mode
-        self.store = store
-        self.run_id = run_id
+        self.reads = reads
+        self.recorder = recorder
+        self.run_id = run_id = recorder.run_id
         self.layout = layout
         self.clock = clock
-        self._reject = on_reject
+        self._reject = recorder.rejection
         self._on_enrol = on_enrol
-        self._on_seen = on_seen
+        self._on_seen = recorder.seen
         self._lock = threading.RLock()
         self._clients: dict[str, ClientState] = {}
         # (client id, "upload" | "download") in flight: kept by id, so a fresh
         # session (a re-enrolment) cannot open a second upload beside the first.
         self._busy: set[tuple[str, str]] = set()
         self._next_seq = 0
-        self._gate = Gate(cfg, store, run_id, clock)
-        self._revoked = set(store.list_revoked(run_id))
+        self._gate = Gate(cfg, reads, run_id, clock)
+        self._revoked = set(reads.list_revoked(run_id))
         self._revocations_checked = clock()
 
     # ---------------------------------------------------------------- refusals
@@ -215,7 +211,7 @@ class ClientRegistry:
 
     def _known(self, req: EnrollRequest, cert: str | None) -> ClientRecord | None:
         if cert is not None:
-            bound = self.store.find_client(self.run_id, cert_fingerprint=cert)
+            bound = self.reads.find_client(self.run_id, cert_fingerprint=cert)
             if bound is not None and req.client_id not in ("", bound.id):
                 self._refuse(
                     PermissionDenied("this certificate is bound to another client id"),
@@ -226,7 +222,7 @@ class ClientRegistry:
                 return bound
         if not req.client_id:
             return None
-        known = self.store.get_client(self.run_id, req.client_id)
+        known = self.reads.get_client(self.run_id, req.client_id)
         if known is not None and cert is not None and known.cert_fingerprint != cert:
             self._refuse(
                 PermissionDenied("this client id is bound to another certificate"),
@@ -241,36 +237,25 @@ class ClientRegistry:
         new = client_id is None
         self._spend(req, client_id)
         client_id = client_id or secrets.token_hex(8)
+        token = req.enrolment_token if new and self.mode == "tokens" else None
         try:
-            if new and self.mode == "tokens":
-                # One transaction: a client the store refuses keeps its token.
-                rec = self.store.enrol_with_token(
-                    req.enrolment_token,
-                    run_id=self.run_id,
-                    run_name=self.cfg.run.name,
-                    client_id=client_id,
-                    name=req.name,
-                    num_examples=req.num_examples,
-                    info=dict(req.info),
-                    public_key=req.public_key.hex(),
-                )
-                assert self._gate.tokens is not None
-                self._gate.tokens.discard(req.enrolment_token)
-            else:
-                rec = self.store.upsert_client(
-                    self.run_id,
-                    client_id,
-                    name=req.name,
-                    num_examples=req.num_examples,
-                    info=dict(req.info),
-                    status="active",
-                    public_key=req.public_key.hex(),
-                    cert_fingerprint=cert,
-                )
-        except TokenError as exc:
-            self._refuse(PermissionDenied(str(exc)), "enrolment_refused")
-        except StoreError as exc:
-            self._refuse(PermissionDenied(str(exc)), "identity_refused", client_id)
+            rec = self.recorder.enrol_client(
+                client_id,
+                token=token,
+                run_name=self.cfg.run.name,
+                name=req.name,
+                num_examples=req.num_examples,
+                info=dict(req.info),
+                public_key=req.public_key.hex(),
+                cert_fingerprint=cert,
+            )
+        except EnrolmentRefused as exc:
+            if exc.token:
+                self._refuse(PermissionDenied(exc.reason), "enrolment_refused")
+            self._refuse(PermissionDenied(exc.reason), "identity_refused", client_id)
+        if token is not None:
+            assert self._gate.tokens is not None
+            self._gate.tokens.discard(token)
         self._gate.admitted(client_id, req.public_key)
         return self._start_session(req, client_id, rec.max_examples, cert)
 
@@ -433,7 +418,7 @@ class ClientRegistry:
         if now - self._revocations_checked < self.adm.revocation_poll_seconds:
             return []
         self._revocations_checked = now
-        revoked = set(self.store.list_revoked(self.run_id))
+        revoked = set(self.reads.list_revoked(self.run_id))
         with self._lock:
             new = sorted(revoked - self._revoked)
             self._revoked = revoked
@@ -444,4 +429,4 @@ class ClientRegistry:
         return new
 
 
-__all__ = ["ClientRegistry", "ClientState", "PeerIdentity", "Rejection"]
+__all__ = ["ClientRegistry", "ClientState", "PeerIdentity"]

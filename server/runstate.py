@@ -5,30 +5,28 @@ resumes after the last completed round: the global model, the server optimizer's
 and the aggregator's state and the privacy accountant come back from the
 checkpoint (safetensors, SHA-256 checked against the store). A larger
 ``run.rounds`` extends a run (also a finished one); a smaller one than the rounds
-already completed is refused.
+already completed is refused. The run is read through the read port
+(:class:`~fedplat.server.reads.RunReads`) and created, resized or completed by
+the recorder, which writes for it from then on.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import torch
 from fedplat.aggregators import Aggregator
 from fedplat.server.checkpoint import CheckpointError, load_checkpoint
 from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.reads import RunReads, RunRecord
+from fedplat.server.recorder import Recorder
 from fedplat.server.uplink_plan import UplinkPlan
 
-from fedplat.store import RunRecord, Store
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.server")
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -50,7 +48,8 @@ class RunState:
 
 def open_run(
     cfg: RunConfig,
-    store: Store,
+    recorder: Recorder,
+    reads: RunReads,
     layout: Layout,
     weights: torch.Tensor,
     *,
@@ -58,18 +57,19 @@ def open_run(
     aggregator: Aggregator,
     plan: UplinkPlan,
 ) -> RunState:
-    """The run named in ``cfg``: created, or resumed (state loaded in place)."""
-    existing = store.get_run_by_name(cfg.run.name)
+    """The run named in ``cfg``: created, or resumed (state loaded in place);
+    ``recorder`` writes for it from then on."""
+    existing = reads.get_run_by_name(cfg.run.name)
     if existing is None:
-        run = store.create_run(
+        run = recorder.create_run(
             cfg.run.name, cfg.model_dump(mode="json"), layout.to_dict(), cfg.run.rounds
         )
-        store.add_event(
-            run.id,
+        recorder.event(
             "run_created",
             f"run {cfg.run.name!r}: {cfg.run.rounds} rounds, "
             f"model {cfg.model.label} ({layout.numel} parameters)",
         )
+        recorder.flush()
         return RunState(run, weights, 0, False)
     stored_layout = Layout.from_dict(existing.layout)
     if stored_layout != layout:
@@ -77,7 +77,8 @@ def open_run(
             f"run {cfg.run.name!r} already exists with another model layout "
             f"({stored_layout.describe_mismatch(layout)}); choose a new run name"
         )
-    last = store.last_completed_round(existing.id)
+    recorder.attach(existing.id)
+    last = reads.last_completed_round(existing.id)
     done = 0 if last is None else last.number
     version = 0
     extra: dict[str, str] = {}
@@ -94,21 +95,22 @@ def open_run(
         aggregator.load_state_dict(ckpt.aggregator_state)
         plan.load_state(ckpt.extra)
         version, extra = ckpt.model_version, dict(ckpt.extra)
-    run = _reconcile_rounds(cfg, store, existing, done)
+    run = _reconcile_rounds(cfg, recorder, existing, done)
     finished = done >= cfg.run.rounds
     if finished:
         if run.status != "completed":
-            run = store.update_run(run.id, status="completed", finished_at=now_utc())
+            run = recorder.finish_run("completed")
     else:
-        store.add_event(
-            run.id, "run_resumed", f"resuming run {cfg.run.name!r} after round {done}"
+        recorder.event(
+            "run_resumed", f"resuming run {cfg.run.name!r} after round {done}"
         )
+        recorder.flush()
         log.info("resuming run %s after round %d", cfg.run.name, done)
     return RunState(run, weights, version, finished, extra)
 
 
 def _reconcile_rounds(
-    cfg: RunConfig, store: Store, run: RunRecord, done: int
+    cfg: RunConfig, recorder: Recorder, run: RunRecord, done: int
 ) -> RunRecord:
     """Apply a changed ``run.rounds``: extend the run, or refuse to shrink it."""
     want = cfg.run.rounds
@@ -119,13 +121,12 @@ def _reconcile_rounds(
             f"run {cfg.run.name!r} already completed {done} rounds; run.rounds "
             f"{want} would cut it short (give at least {done}, or a new run name)"
         )
-    store.add_event(
-        run.id,
+    recorder.event(
         "run_extended" if want > run.total_rounds else "run_shortened",
         f"run {cfg.run.name!r}: total rounds {run.total_rounds} -> {want}",
     )
-    status = "running" if run.status == "completed" and want > done else None
-    return store.update_run(run.id, total_rounds=want, status=status)
+    reopen = run.status == "completed" and want > done
+    return recorder.resize_run(want, reopen=reopen)
 
 
-__all__ = ["RunState", "now_utc", "open_run"]
+__all__ = ["RunState", "open_run"]

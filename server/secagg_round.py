@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from fedplat.server.accumulator import Accepted, MaskedSum
-from fedplat.server.registry import Rejection
+from fedplat.server.refusals import Rejection
 
 from fedplat.protocol.messages import SecAggReply, SecAggReplyKind
 from fedplat.secagg import (

@@ -58,7 +58,7 @@ from fedplat.server.context import ModelCache
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.driver import RoundDriver
 from fedplat.server.round import Round
-from fedplat.server.runstate import RunState, now_utc
+from fedplat.server.runstate import RunState
 
 from fedplat.protocol.errors import FedplatError, StaleUpdate
 from fedplat.protocol.messages import Task
@@ -197,10 +197,7 @@ class EdgeDriver(RoundDriver):
             "upstream_finished",
             f"the root's run finished; edge run {self.cfg.run.name!r} is complete",
         )
-        p.recorder.flush()
-        p.state.record = p.store.update_run(
-            p.run_id, status="completed", finished_at=now_utc()
-        )
+        p.state.record = p.recorder.finish_run("completed")
         self.board.finish()
 
     # ---------------------------------------------------------------- a round
@@ -258,7 +255,7 @@ class EdgeDriver(RoundDriver):
 
     def _summary(self, r: Round) -> tuple[int, dict[str, float]]:
         """The kept clients' summed weight and the edge round's summary."""
-        parts = self.p.store.list_participations(self.p.run_id, r.number)
+        parts = self.p.reads.list_participations(self.p.run_id, r.number)
         kept = [
             p
             for p in parts

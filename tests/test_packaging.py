@@ -255,43 +255,29 @@ def test_protocol_is_the_bottom_and_imports_no_role() -> None:
     assert sorted({_package(m) for m in reached} - {None, *PROTOCOL_MAY_REACH}) == []
 
 
-#: server/ modules that import fedplat.store today besides the recorder and the
-#: composition root (issue 21: they are to read and write through ports).
-STORE_IMPORTERS_TO_MOVE = [
-    "fedplat.server.admission",
-    "fedplat.server.aggregation",
-    "fedplat.server.closing",
-    "fedplat.server.context",
-    "fedplat.server.coordinator",
-    "fedplat.server.registry",
-    "fedplat.server.runstate",
+#: The only server/ modules that import fedplat.store (issue 21); every other part
+#: writes through the recorder and reads through its read port.
+STORE_IMPORTERS = [
+    "fedplat.server.app",  # the composition root: opens the store, builds the recorder
+    "fedplat.server.reads",  # the recorder's read port, a module of its own
+    "fedplat.server.recorder",  # the only writer
 ]
 
 
 def _server_store_importers() -> list[str]:
-    allowed = {"fedplat.server.recorder", "fedplat.server.app"}
     return sorted(
         mod
         for mod in _modules_under("server")
-        if mod not in allowed
-        and any(
+        if any(
             _package(name) == "fedplat.store" for name in _imports(MODULES[mod], mod)
         )
     )
 
 
-def test_the_store_check_sees_todays_importers() -> None:
-    """Keeps the xfail below honest: it fails for these modules, no others."""
-    assert _server_store_importers() == STORE_IMPORTERS_TO_MOVE
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="server/ modules other than recorder.py and app.py still import "
-    f"fedplat.store: {', '.join(STORE_IMPORTERS_TO_MOVE)}",
-)
 def test_in_server_only_the_recorder_and_the_root_import_the_store() -> None:
-    assert _server_store_importers() == []
+    """Exactly these: no other module, and each of them (so the check cannot
+    pass by seeing no import at all)."""
+    assert _server_store_importers() == STORE_IMPORTERS
 
 
 def test_the_boundary_check_sees_lazy_and_relative_imports(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
 from fedplat.server.config import RunConfig
 from fedplat.server.coordinator import Coordinator, RoundOutcome
 from fedplat.server.evaluation import Evaluator
+from fedplat.server.recorder import Recorder
 from fedplat.server.registry import PeerIdentity
 from fedplat.server.round import Round
 from fedplat.store import Store
@@ -68,7 +69,7 @@ class VirtualCoordinator(Coordinator):
         clock: VirtualClock | None = None,
     ) -> None:
         self.vclock = clock or VirtualClock()
-        super().__init__(cfg, store, evaluator=evaluator, clock=self.vclock)
+        super().__init__(cfg, Recorder(store), evaluator=evaluator, clock=self.vclock)
         self._enrolled_ids: dict[str, None] = {}  # in enrolment order
         self._refreshed = float("-inf")
 

@@ -153,7 +153,7 @@ def run_hierarchy(
 
 def _read_root(root: BackgroundServer, wall: float) -> HierarchyRun:
     coord = root.coord
-    store, run_id = coord.store, coord.run_id
+    store, run_id = root.server.store, coord.run_id
     coord.ctx.recorder.flush()
     rounds = [r.number for r in store.list_rounds(run_id) if r.status == "completed"]
     bytes_in = [

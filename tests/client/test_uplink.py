@@ -163,6 +163,7 @@ def test_central_dp_requires_unweighted_fedavg(tmp_path: Path) -> None:
 
 def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
     from fedplat.server.coordinator import Coordinator
+    from fedplat.server.recorder import Recorder
 
     from fedplat.compression import CountSketch, PayloadError
     from fedplat.protocol.codec import PayloadSink
@@ -175,7 +176,7 @@ def test_forged_sketch_seed_is_rejected(tmp_path: Path) -> None:
             compression={"name": "countsketch", "params": {"rows": 1, "cols": 100}},
         )
     )
-    coord = Coordinator(cfg, Store(cfg.store.url))
+    coord = Coordinator(cfg, Recorder(Store(cfg.store.url)))
     plan, d = coord.ctx.plan, coord.layout.numel
     forged = (
         CountSketch(rows=1, cols=100).encode(torch.ones(d), round=1, seed=12345)
@@ -191,6 +192,7 @@ def test_local_dp_counts_the_releases_of_a_failed_round(tmp_path: Path) -> None:
     """Under local DP an upload is a noised release even if its round then fails
     (here: quorum not reached), so the accountant must count that round."""
     from fedplat.server.coordinator import Coordinator
+    from fedplat.server.recorder import Recorder
 
     from fedplat.sim import VirtualClock
     from fedplat.sim.simulation import admit
@@ -206,7 +208,7 @@ def test_local_dp_counts_the_releases_of_a_failed_round(tmp_path: Path) -> None:
         )
     )
     store = Store(cfg.store.url)
-    engine = Coordinator(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     build = _build()
     a, b = (build(i, lambda: InMemoryConnection(engine)) for i in range(2))
     admit(store, cfg, [a, b])

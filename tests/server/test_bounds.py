@@ -23,6 +23,7 @@ from fedplat.server.bounds import (
 from fedplat.server.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedplat.server.config import ConfigError, parse_config
 from fedplat.server.coordinator import Coordinator
+from fedplat.server.recorder import Recorder
 
 from fedplat.sim import VirtualClock
 from fedplat.sim.simulation import admit
@@ -174,7 +175,8 @@ def _client(
         name=name,
         connection_factory=lambda: InMemoryConnection(engine),
     )
-    admit(engine.store, engine.cfg, [c])
+    with Store(engine.cfg.store.url, migrate=False) as store:
+        admit(store, engine.cfg, [c])
     return c
 
 
@@ -204,7 +206,7 @@ def test_verdicts_carry_the_flags_the_norm_and_the_events(tmp_path: Path) -> Non
         )
     )
     store = Store(cfg.store.url)
-    engine = Coordinator(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     clients = [
         _client(engine, "a", lambda: 0.01, examples=10),
         _client(engine, "b", lambda: 0.01, examples=20),
@@ -253,7 +255,7 @@ def test_a_restarted_coordinator_bounds_the_next_round_the_same(
         return parse_config(run_config(tmp, rounds=2, clients=4))
 
     cfg = config(tmp_path / "straight")
-    straight = Coordinator(cfg, Store(cfg.store.url), clock=VirtualClock())
+    straight = Coordinator(cfg, Recorder(Store(cfg.store.url)), clock=VirtualClock())
     k = [1]
     clients = _four(straight, k)
     _round(straight, clients)
@@ -262,11 +264,11 @@ def test_a_restarted_coordinator_bounds_the_next_round_the_same(
 
     cfg = config(tmp_path / "restarted")
     store = Store(cfg.store.url)
-    first = Coordinator(cfg, store, clock=VirtualClock())
+    first = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     k[0] = 1
     _round(first, _four(first, k))
     # A new coordinator on the same store (as after a SIGKILL), new clients.
-    second = Coordinator(cfg, store, clock=VirtualClock())
+    second = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     assert second.ctx.state.extra == first.ctx.state.extra
     assert reference_from(second.ctx.state.extra) == pytest.approx(
         sorted(x * D**0.5 for x in (0.01, 0.02, 0.04, 5.0)), rel=1e-5
@@ -346,7 +348,7 @@ def test_central_dp_and_secure_aggregation_rounds_are_not_norm_bounded(
         raw = dp_fedavg_config(tmp_path / name, rate=0.5, privacy={**privacy, **extra})
         cfg = parse_config(raw)
         assert cfg.aggregator.norm_bounding is not None  # fedavg's default
-        engine = Coordinator(cfg, Store(cfg.store.url), clock=VirtualClock())
+        engine = Coordinator(cfg, Recorder(Store(cfg.store.url)), clock=VirtualClock())
         # DP's clip is the bound; under secure aggregation no row is seen.
         assert engine.driver._bounds([]).norm is None
 
@@ -361,7 +363,7 @@ def test_sketches_are_bounded_in_sketch_space(tmp_path: Path) -> None:
         )
     )
     store = Store(cfg.store.url)
-    engine = Coordinator(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     clients = [
         _client(engine, "a", lambda: 0.01),
         _client(engine, "b", lambda: 0.012),

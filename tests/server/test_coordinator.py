@@ -14,6 +14,7 @@ from fedplat.server.checkpoint import CheckpointError
 from fedplat.server.config import ConfigError, parse_config
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.optimizers import ServerOptimizer
+from fedplat.server.recorder import Recorder
 
 from fedplat.protocol.messages import TaskKind
 from fedplat.sim import VirtualClock, simulate
@@ -49,7 +50,8 @@ def _shift_client(
         name=name,
         connection_factory=lambda: InMemoryConnection(engine),
     )
-    admit(engine.store, engine.cfg, [client])
+    with Store(engine.cfg.store.url, migrate=False) as store:
+        admit(store, engine.cfg, [client])
     return client
 
 
@@ -98,7 +100,7 @@ def test_seeded_simulation_is_reproducible(tmp_path: Path) -> None:
 def test_weighted_fedavg_applies_exact_mean(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2)
     store = Store(cfg.store.url)
-    engine = Coordinator(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     w0 = engine.weights.clone()
     a = _shift_client(engine, "a", 1.0, examples=30)
     b = _shift_client(engine, "b", -1.0, examples=10)
@@ -121,7 +123,7 @@ def test_straggler_dropped_at_deadline_and_quorum(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=3, quorum=2, deadlines={"round_seconds": 30})
     store = Store(cfg.store.url)
     clock = VirtualClock()
-    engine = Coordinator(cfg, store, clock=clock)
+    engine = Coordinator(cfg, Recorder(store), clock=clock)
     clients = [_shift_client(engine, f"c{i}", 0.1) for i in range(3)]
     for c in clients:
         c.step(0)
@@ -155,7 +157,7 @@ def test_failed_round_is_retried_then_run_fails(tmp_path: Path) -> None:
     )
     store = Store(cfg.store.url)
     clock = VirtualClock()
-    engine = Coordinator(cfg, store, clock=clock)
+    engine = Coordinator(cfg, Recorder(store), clock=clock)
     clients = [_shift_client(engine, f"c{i}", 0.1) for i in range(2)]
     for _attempt in (1, 2):
         for c in clients:
@@ -179,7 +181,7 @@ def test_failed_round_is_retried_then_run_fails(tmp_path: Path) -> None:
 def test_resume_from_checkpoint(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=4, clients=2)
     store = Store(cfg.store.url)
-    e1 = Coordinator(cfg, store, clock=VirtualClock())
+    e1 = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     cl = [_shift_client(e1, f"c{i}", 0.01 * (i + 1)) for i in range(2)]
     for _ in range(2):
         for c in cl:
@@ -190,7 +192,7 @@ def test_resume_from_checkpoint(tmp_path: Path) -> None:
         assert e1.close_round().completed
     w_after_2 = e1.weights.clone()
     # A new engine on the same store (a restart) continues after round 2.
-    e2 = Coordinator(cfg, store, clock=VirtualClock())
+    e2 = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     assert e2.model_version == 2 and torch.equal(e2.weights, w_after_2)
     assert store.list_events(e2.run_id, kind="run_resumed")
     # A tampered checkpoint is detected, not silently loaded.
@@ -200,24 +202,24 @@ def test_resume_from_checkpoint(tmp_path: Path) -> None:
         f.seek(-4, 2)
         f.write(b"XXXX")
     with pytest.raises(CheckpointError, match="SHA-256"):
-        Coordinator(cfg, store, clock=VirtualClock())
+        Coordinator(cfg, Recorder(store), clock=VirtualClock())
 
 
 def test_existing_run_with_other_model_is_refused(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2)
     store = Store(cfg.store.url)
-    Coordinator(cfg, store)
+    Coordinator(cfg, Recorder(store))
     other = parse_config(
         run_config(tmp_path, rounds=1, clients=2, model={"params": {"hidden": [32]}})
     )
     with pytest.raises(ConfigError, match="another model layout"):
-        Coordinator(other, store)
+        Coordinator(other, Recorder(store))
 
 
 def test_unknown_aggregator_is_a_config_error(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, rounds=1, clients=2, aggregator={"name": "nope"})
     with pytest.raises(ConfigError, match="unknown aggregator 'nope'"):
-        Coordinator(cfg, Store(cfg.store.url))
+        Coordinator(cfg, Recorder(Store(cfg.store.url)))
 
 
 @pytest.mark.parametrize(
@@ -288,7 +290,7 @@ def test_cosine_server_lr_schedule(tmp_path: Path) -> None:
         server_optimizer={"name": "fedavg", "lr": 1.0, "lr_schedule": "cosine"},
     )
     store = Store(cfg.store.url)
-    engine = Coordinator(cfg, store, clock=VirtualClock())
+    engine = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     a = _shift_client(engine, "a", 1.0)
     b = _shift_client(engine, "b", 1.0)
     w0 = engine.weights.clone()

@@ -113,7 +113,7 @@ def test_made_up_and_missing_tokens(tmp_path: Path) -> None:
             fake.token = "" if i % 5 == 0 else f"fpt1.{i:012x}.made-up"
             fake.enroll()
 
-        with statements(srv.coord.registry.store) as seen:
+        with statements(srv.server.store) as seen:
             t0 = time.monotonic()
             codes = flood(srv, attempt)
             seconds = time.monotonic() - t0
@@ -143,7 +143,7 @@ def test_a_revoked_token(tmp_path: Path) -> None:
             fake.token = tokens[2]
             fake.enroll(layout=WRONG)
 
-        with statements(srv.coord.registry.store) as seen:
+        with statements(srv.server.store) as seen:
             codes = flood(srv, attempt)
         assert set(codes) <= {
             grpc.StatusCode.PERMISSION_DENIED,
@@ -165,7 +165,7 @@ def test_another_clients_id(tmp_path: Path) -> None:
             fake.identity = Identity.generate() if i % 10 == 0 else fake.identity
             fake.enroll(client_id=victim.client_id)
 
-        with statements(srv.coord.registry.store) as seen:
+        with statements(srv.server.store) as seen:
             codes = flood(srv, attempt)
         # The same answer as for an id nobody has: an attempt learns nothing
         # about which ids exist.
@@ -190,7 +190,7 @@ def test_open_admission_with_a_wrong_model(tmp_path: Path) -> None:
         def attempt(fake: RawClient, i: int) -> None:
             fake.enroll(layout=WRONG)
 
-        with statements(srv.coord.registry.store) as seen:
+        with statements(srv.server.store) as seen:
             codes = flood(srv, attempt, admitted=True)
         assert set(codes) == {grpc.StatusCode.INVALID_ARGUMENT}
         assert _on("clients", seen) == [] and _on("enrolment_tokens", seen) == []

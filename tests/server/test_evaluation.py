@@ -16,6 +16,7 @@ from fedplat.server.evaluation import (
     load_eval_data,
     validate_run,
 )
+from fedplat.server.recorder import Recorder
 
 from fedplat.store import Store
 from tests.support import run_config
@@ -177,7 +178,7 @@ def test_a_mismatched_run_never_starts(tmp_path: Path) -> None:
     )
     store = Store(str(tmp_path / "s.db"))
     with pytest.raises(ConfigError, match="does not fit targets"):
-        Coordinator(cfg, store)
+        Coordinator(cfg, Recorder(store))
     assert store.list_runs() == []  # nothing recorded, nobody selected
     store.close()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from fedplat.server.config import parse_config
 from fedplat.server.coordinator import Coordinator
+from fedplat.server.recorder import Recorder
 
 from fedplat.sim.simulation import admit
 from fedplat.store import Store
@@ -21,7 +22,7 @@ from tests.support import digits_client, run_config
 def _coordinator(tmp: Path, **kw: Any) -> tuple[Coordinator, Store]:
     cfg = parse_config(run_config(tmp, **kw))
     store = Store(cfg.store.url)
-    return Coordinator(cfg, store), store
+    return Coordinator(cfg, Recorder(store)), store
 
 
 def test_a_long_poll_keeps_the_stored_last_seen_fresh(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fedplat.server.recorder import Recorder, sanitized
-from fedplat.server.registry import Rejection
+from fedplat.server.recorder import EnrolmentRefused, Recorder, sanitized
+from fedplat.server.refusals import Rejection
 
 from fedplat.store import EventRow, ParticipationRow, RoundClose, Store
 from fedplat.store.check import check_store
@@ -107,3 +107,41 @@ def test_a_round_close_drops_the_record_the_store_refuses(store: Store) -> None:
     kinds = _kinds(store, run_id)
     assert kinds.count("record_dropped") == 3 and "event_refused" in kinds
     assert check_store(store) == []
+
+
+def test_a_recorder_writes_for_the_run_it_creates_and_ends_it_after_its_events(
+    store: Store,
+) -> None:
+    rec = Recorder(store)
+    with pytest.raises(RuntimeError, match="no run yet"):
+        rec.run_id  # noqa: B018
+    run = rec.create_run("r", {}, {}, 3)
+    with pytest.raises(RuntimeError, match="writes for run"):
+        rec.attach("another")
+    rec.event("run_failed", "no clients came", level="error")
+    ended = rec.finish_run("failed", "no clients came")
+    assert ended.status == "failed" and ended.reason == "no clients came"
+    (event,) = store.list_events(run.id)
+    assert event.kind == "run_failed"  # flushed first: it precedes the status
+    assert store.get_run(run.id) == ended
+
+
+def test_an_enrolment_the_store_refuses_says_whether_the_token_was_why(
+    store: Store,
+) -> None:
+    rec = Recorder(store)
+    rec.create_run("r", {}, {}, 3)
+    fields = dict(run_name="r", name="a", num_examples=1, info={})
+    key = "ab" * 32
+    with pytest.raises(EnrolmentRefused) as refused:
+        rec.enrol_client("c0", token="fpt1.made.up", public_key=key,
+                         cert_fingerprint=None, **fields)  # fmt: skip
+    assert refused.value.token
+    with pytest.raises(EnrolmentRefused) as refused:
+        rec.enrol_client("c0", token=None, public_key="not hex",
+                         cert_fingerprint=None, **fields)  # fmt: skip
+    assert not refused.value.token and "public_key" in refused.value.reason
+    added = rec.enrol_client("c0", token=None, public_key=key, cert_fingerprint=key,
+                             **fields)  # fmt: skip
+    assert added.status == "active" and added.cert_fingerprint == key
+    assert rec.reads.get_client(rec.run_id, "c0") == added

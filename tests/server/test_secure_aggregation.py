@@ -178,13 +178,14 @@ def test_over_grpc_with_a_client_silent_after_sharing_keys(
 
 def test_uploads_and_forged_messages_are_refused(tmp_path: Path) -> None:
     from fedplat.server.coordinator import Coordinator
+    from fedplat.server.recorder import Recorder
 
     from fedplat.sim.simulation import VirtualClock, admit
     from fedplat.transport.inmemory import InMemoryConnection
 
     cfg = parse_config(_config(tmp_path))
     store = Store(cfg.store.url)
-    coord = Coordinator(cfg, store, clock=VirtualClock())
+    coord = Coordinator(cfg, Recorder(store), clock=VirtualClock())
     clients = [digits_client(i, lambda: InMemoryConnection(coord), 5) for i in range(5)]
     admit(store, cfg, clients)
     for c in clients:
