@@ -39,7 +39,7 @@ checked by :func:`check_edge_config`) and the root's weight caps
 declared at enrolment, their clients' summed declared examples) to be at least
 an edge's summed weight, and no edge's update scaled by the root's norm bound
 (3 times the median edge's norm by default). Robust rules compose per level
-only; see docs/hierarchical.md.
+only; see docs/scale.md, "Hierarchical aggregation".
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def _upstream(args: argparse.Namespace) -> Any:
 
 def _add_upstream_args(c: argparse.ArgumentParser) -> None:
     g = c.add_argument_group(
-        "edge of a root coordinator (hierarchical aggregation, docs/hierarchical.md)"
+        "edge of a root coordinator (hierarchical aggregation, docs/scale.md)"
     )
     g.add_argument(
         "--upstream",
