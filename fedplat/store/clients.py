@@ -70,6 +70,25 @@ def _check_token(row: EnrolmentToken | None, run_name: str, now: datetime) -> No
         raise TokenError(f"enrolment token {row.id} is for another run")
 
 
+def _spend(
+    session: Session, secret: str, run_id: str, run_name: str, client_id: str
+) -> EnrolmentToken:
+    """Mark the token ``secret`` used by ``client_id`` in ``session`` (locked
+    for update, so two racing enrolments cannot both spend it)."""
+    now = _now()
+    row = session.scalar(
+        select(EnrolmentToken)
+        .where(EnrolmentToken.token_hash == token_hash(secret))
+        .with_for_update()
+    )
+    _check_token(row, run_name, now)
+    assert row is not None
+    row.used_at = now
+    row.used_run_id = run_id
+    row.used_client_id = client_id
+    return row
+
+
 def _client_values(
     client_id: str,
     *,
@@ -174,18 +193,8 @@ class ClientsStore(StoreBase):
             max_examples=None,
             token_id=None,
         )
-        now = _now()
         with self._write() as session:
-            row = session.scalar(
-                select(EnrolmentToken)
-                .where(EnrolmentToken.token_hash == token_hash(secret))
-                .with_for_update()
-            )
-            _check_token(row, run_name, now)
-            assert row is not None
-            row.used_at = now
-            row.used_run_id = run_id
-            row.used_client_id = client_id
+            row = _spend(session, secret, run_id, run_name, client_id)
             values["max_examples"] = row.max_examples
             values["token_id"] = row.id
             return self._upsert_in(session, run_id, values)
@@ -398,18 +407,8 @@ class ClientsStore(StoreBase):
         """Mark the token used by ``client_id``; a :class:`TokenError` (a
         StoreError) names why it cannot be used."""
         _check_prefix(secret)
-        now = _now()
         with self._write() as session:
-            row = session.scalar(
-                select(EnrolmentToken)
-                .where(EnrolmentToken.token_hash == token_hash(secret))
-                .with_for_update()
-            )
-            _check_token(row, run_name, now)
-            assert row is not None
-            row.used_at = now
-            row.used_run_id = run_id
-            row.used_client_id = client_id
+            row = _spend(session, secret, run_id, run_name, client_id)
             session.flush()
             return _token_record(row)
 

@@ -59,6 +59,8 @@ from __future__ import annotations
 
 import torch
 
+from fedplat.gossip.mixing.weights import check_row_inputs
+
 __all__ = [
     "DEFAULT_CLIP_FRACTION",
     "clip",
@@ -213,14 +215,7 @@ def clipped_gossip_row(
     torch.Tensor
         ``[d]`` in ``own``'s dtype.
     """
-    if neighbours.dim() != 2 or neighbours.shape[1:] != own.shape:
-        raise ValueError(
-            f"neighbours {tuple(neighbours.shape)} do not match own model "
-            f"{tuple(own.shape)}"
-        )
-    k = neighbours.shape[0]
-    if weights.numel() != k + 1:
-        raise ValueError(f"{weights.numel()} weights for 1 + {k} models")
+    k = check_row_inputs(weights, own, neighbours)
     if k == 0:
         return own.clone()
     w = weights.reshape(-1)[1:].to(torch.float64)

@@ -221,6 +221,23 @@ def uniform_row(k: int) -> torch.Tensor:
     return torch.full((k + 1,), 1.0 / (k + 1), dtype=torch.float64)
 
 
+def check_row_inputs(
+    weights: torch.Tensor, own: torch.Tensor, neighbours: torch.Tensor
+) -> int:
+    """The number ``k`` of neighbour models, after checking that ``neighbours``
+    is ``[k, d]`` for ``own`` ``[d]`` and ``weights`` holds ``k + 1`` values
+    (ValueError otherwise): what every row-wise mixing rule takes."""
+    if neighbours.dim() != 2 or neighbours.shape[1:] != own.shape:
+        raise ValueError(
+            f"neighbours {tuple(neighbours.shape)} do not match own model "
+            f"{tuple(own.shape)}"
+        )
+    k = int(neighbours.shape[0])
+    if weights.numel() != k + 1:
+        raise ValueError(f"{weights.numel()} weights for 1 + {k} models")
+    return k
+
+
 def mix_row(
     weights: torch.Tensor, own: torch.Tensor, neighbours: torch.Tensor
 ) -> torch.Tensor:
@@ -240,14 +257,6 @@ def mix_row(
     torch.Tensor
         ``[d]`` in ``own``'s dtype.
     """
-    if neighbours.dim() != 2 or neighbours.shape[1:] != own.shape:
-        raise ValueError(
-            f"neighbours {tuple(neighbours.shape)} do not match own model "
-            f"{tuple(own.shape)}"
-        )
-    if weights.numel() != neighbours.shape[0] + 1:
-        raise ValueError(
-            f"{weights.numel()} weights for 1 + {neighbours.shape[0]} models"
-        )
+    check_row_inputs(weights, own, neighbours)
     stacked = torch.cat([own.reshape(1, -1), neighbours], dim=0)
     return weights.to(own.dtype) @ stacked
