@@ -241,6 +241,11 @@ class Gate:
     def admitted(self, client_id: str, public_key: bytes) -> None:
         self._keys[client_id] = public_key.hex()
 
+    def is_client(self, client_id: str) -> bool:
+        """Whether ``client_id`` is one of the run's clients (this process's
+        or an earlier one's)."""
+        return client_id in self._keys
+
     def check(
         self, req: EnrollRequest, revoked: set[str]
     ) -> tuple[FedplatError, str] | None:

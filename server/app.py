@@ -165,8 +165,9 @@ class Server:
             options=grpc_options(s), maximum_concurrent_rpcs=s.max_concurrent_rpcs
         )
         self.health = health.aio.HealthServicer()
+        servicer = CoordinatorServicer(self.coord)
         self.server.add_generic_rpc_handlers(
-            (CoordinatorServicer(self.coord).handler(), health_handler(self.health))
+            (servicer.handler(), health_handler(self.health, servicer.outsiders))
         )
         if creds is None:
             log.warning(

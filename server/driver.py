@@ -47,6 +47,7 @@ from fedplat.server.secagg_round import SecAggRound, settle_secagg
 
 from fedplat.compression import derive_seed
 from fedplat.privacy import PrivacyError, poisson_sample, secure_seed
+from fedplat.protocol.outcomes import IllegalTransition
 from fedplat.secagg import SecAggConfig, SecAggError
 
 log = logging.getLogger("fedplat.server")
@@ -352,9 +353,15 @@ class RoundDriver:
         return outcome
 
     def _close(self, r: Round) -> RoundOutcome:
-        if r.secagg is not None:
-            settle_secagg(r, self.p.plan, self.p.recorder)
-        r.close()  # every outcome final from here on
+        try:
+            if r.secagg is not None:
+                settle_secagg(r, self.p.plan, self.p.recorder)
+            r.close()  # every outcome final from here on
+        except IllegalTransition as exc:
+            # A bug in the outcome bookkeeping: it costs this attempt, never
+            # the run (a caller's timing must not be able to stop it).
+            log.exception("round %d: closing its outcomes failed", r.number)
+            return self._fail(r, f"internal error closing the round: {exc}")
         ok = r.succeeded()
         quorum = self.cfg.selection.quorum
         # Under central DP every round releases, whatever arrived (docs/privacy.md).

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -164,6 +165,14 @@ class Intake:
                     client,
                     r.number,
                 )
+        try:
+            # Before anything is decided about the client: under secure
+            # aggregation its outcome is the protocol's, not an upload's.
+            r.accumulator.check_upload()
+        except PayloadError as exc:
+            raise self._refuse(
+                InvalidArgument(str(exc)), "update_rejected", client, r.number
+            ) from None
         self._check_header(client, header, r, a)
         if self.clock() > r.deadline:
             self._settle(r, a, OutcomeStatus.LATE, f"round {r.number} deadline passed")
@@ -174,7 +183,6 @@ class Intake:
                 r.number,
             )
         try:
-            r.accumulator.check_upload()
             check_payload_size(header.total_bytes, self.layout.numel)
         except PayloadError as exc:
             self._settle(r, a, OutcomeStatus.REJECTED, str(exc))
@@ -262,6 +270,10 @@ class Upload:
         self.header = header
         self._hash = hashlib.sha256()
         self.wire_bytes = 0  # every byte of the messages, set by the transport
+        # write, finish and fail exclude each other: a transport that gives up
+        # on a call (cancelled) while a worker thread still writes or commits
+        # the row must not release that row under it.
+        self._lock = threading.Lock()
         self._done = False
         self.row: torch.Tensor | None = None
         self.sink: PayloadSink | None = None
@@ -282,7 +294,9 @@ class Upload:
 
     def write(self, data: memoryview | bytes) -> None:
         assert self.sink is not None, "start() first"
-        with self.r.writing():  # the round does not seal under a row write
+        with self._lock, self.r.writing():  # the round does not seal under it
+            if self._done:
+                raise StaleUpdate("this upload has ended")
             try:
                 self._hash.update(data)
                 self.sink.write(data)
@@ -297,7 +311,9 @@ class Upload:
             raise InvalidArgument("update checksum mismatch (corrupted or truncated)")
         # Decoding the last piece, clipping and committing touch the row: the
         # round does not seal (nor its rows move) until this is done.
-        with r.writing():
+        with self._lock, r.writing():
+            if self._done:
+                raise StaleUpdate("this upload has ended")
             try:
                 vec = self.sink.finish()
             except PayloadError as exc:
@@ -351,11 +367,14 @@ class Upload:
 
     def fail(self, exc: FedplatError) -> None:
         """Release the row; record the failure as the client's (the header was
-        signed by its key) unless the round moved on."""
-        if self._done:
-            return
-        if self.row is not None:
-            self.r.accumulator.release(self.a.row, self.row)
+        signed by its key) unless the round moved on. Waits for a write or
+        finish in progress; a no-op once the update was committed or failed."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            if self.row is not None:
+                self.r.accumulator.release(self.a.row, self.row)
         late = isinstance(exc, StaleUpdate)
         status = OutcomeStatus.LATE if late else OutcomeStatus.REJECTED
         if not isinstance(exc, DuplicateUpdate):

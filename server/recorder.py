@@ -85,8 +85,9 @@ class Recorder:
         status: Callable[[], tuple[str | None, int | None]] = lambda: (None, None),
         flush_seconds: float = 0.5,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
-        window: float = 10.0,
+        window: float = 60.0,
         burst: int = 20,
+        per_hour: float = 120.0,
         client_burst: int = 20,
         client_per_hour: float = 360.0,
         clock: Callable[[], float] = time.monotonic,
@@ -106,6 +107,7 @@ class Recorder:
         self._refusals = RefusalBudget(
             window=window,
             burst=burst,
+            per_hour=per_hour,
             client_burst=client_burst,
             client_per_hour=client_per_hour,
             clock=clock,

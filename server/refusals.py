@@ -1,12 +1,15 @@
 """Refusals, and how many of them the store keeps.
 
 Refusals are events, but an attacker can cause millions of them: per kind, at
-most ``burst`` are stored in full per ``window`` seconds, and the rest are
-counted and stored as one summary event per window; refusals attributed to one
-enrolled client also draw on that client's own budget (``client_burst`` at
-once, ``client_per_hour`` sustained). Store growth per attack, and per identity,
-is bounded whatever its rate. :class:`RefusalBudget` decides what is kept; the
-recorder (:meth:`fedplat.server.recorder.Recorder.rejection`) writes it.
+most ``burst`` are stored in full at once and ``per_hour`` sustained, and the
+rest are counted and stored as one summary event per ``window`` seconds (with
+one note when counting starts); refusals attributed to one enrolled client
+also draw on that client's own budget (``client_burst`` at once,
+``client_per_hour`` sustained). A flood of one kind thus stores at most
+``per_hour`` refusals (after a first ``burst``) and ``2 x 3600 / window`` notes
+and summaries an hour, whatever its rate: with the defaults, 240 rows an hour.
+:class:`RefusalBudget` decides what is kept; the recorder
+(:meth:`fedplat.server.recorder.Recorder.rejection`) writes it.
 """
 
 from __future__ import annotations
@@ -67,12 +70,14 @@ class RefusalBudget:
         *,
         window: float,
         burst: int,
+        per_hour: float,
         client_burst: int,
         client_per_hour: float,
         clock: Callable[[], float],
     ) -> None:
         self.window = window
-        self._burst = burst
+        self._kind_budget = (burst, per_hour / 3600.0)
+        self._kinds: dict[str, TokenBucket] = {}
         self._client_budget = (client_burst, client_per_hour / 3600.0)
         self._clock = clock
         self._windows: dict[str, _Window] = {}
@@ -90,7 +95,7 @@ class RefusalBudget:
             if w is not None and w.suppressed:
                 ended = Counted(r.kind, w.suppressed)
             w = self._windows[r.kind] = _Window(now)
-        if w.stored >= self._burst:
+        if not self._bucket(self._kinds, r.kind, self._kind_budget).take():
             w.suppressed += 1
             first = w.suppressed == 1
             return Decision(Keep.FIRST_COUNTED if first else Keep.COUNTED, ended)
@@ -109,11 +114,16 @@ class RefusalBudget:
 
     def _client_allows(self, client_id: str) -> bool:
         """One more stored refusal attributed to ``client_id``."""
-        bucket = self._clients.get(client_id)
+        return self._bucket(self._clients, client_id, self._client_budget).take()
+
+    def _bucket(
+        self, buckets: dict[str, TokenBucket], key: str, budget: tuple[int, float]
+    ) -> TokenBucket:
+        bucket = buckets.get(key)
         if bucket is None:
-            burst, rate = self._client_budget
-            bucket = self._clients[client_id] = TokenBucket(rate, burst, self._clock)
-        return bucket.take()
+            burst, rate = budget
+            bucket = buckets[key] = TokenBucket(rate, burst, self._clock)
+        return bucket
 
 
 __all__ = ["Counted", "Decision", "Keep", "RefusalBudget", "Rejection"]

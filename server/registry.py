@@ -134,9 +134,19 @@ class ClientRegistry:
     def _refuse(
         self, exc: FedplatError, kind: str, client_id: str | None = None
     ) -> None:
+        # An event names (and spends the budget of) only one of the run's
+        # clients: an id a caller merely claims names nobody.
+        if client_id is not None and not self._is_client(client_id):
+            client_id = None
         self._reject(Rejection(kind, exc.reason, client_id))
         exc.recorded = True
         raise exc
+
+    def _is_client(self, client_id: str) -> bool:
+        with self._lock:
+            if client_id in self._clients:
+                return True
+        return self._gate.is_client(client_id)
 
     # --------------------------------------------------------------- challenge
     def challenge(self, client_id: str) -> Challenge:
@@ -224,11 +234,9 @@ class ClientRegistry:
             return None
         known = self.reads.get_client(self.run_id, req.client_id)
         if known is not None and cert is not None and known.cert_fingerprint != cert:
-            self._refuse(
-                PermissionDenied("this client id is bound to another certificate"),
-                "identity_refused",
-                req.client_id,
-            )
+            # The answer an unknown id gets: a certificate holder learns
+            # nothing about which ids exist.
+            self._refuse(UnknownClient(UNKNOWN_ID), "identity_refused", req.client_id)
         return known
 
     def _admit(

@@ -198,8 +198,13 @@ def settle_secagg(r: Round, plan: UplinkPlan, recorder: Recorder) -> None:
     sa: SecAggRound = r.secagg
     acc = r.accumulator
     assert isinstance(acc, MaskedSum)
+    # A survivor's masked input is in the sum whatever it sent afterwards (a
+    # resent message refused late): its outcome is decided by the sum, and a
+    # later refusal is only an event.
+    kept = set(sa.survivors()) if sa.result is not None else set()
     for cid, reason in sa.rejected.items():
-        r.secagg_rejected(cid, reason)
+        if cid not in kept:
+            r.secagg_rejected(cid, reason)
         recorder.rejection(
             Rejection("secagg_refused", reason, cid, {"round": r.number})
         )

@@ -108,7 +108,7 @@ class CoordinatorServicer:
         self._uploads = asyncio.Semaphore(s.max_concurrent_uploads)
         self._model = _ModelMessages()
         self._per_client = StreamSlots(s.max_calls_per_client, s.max_concurrent_rpcs)
-        self._outsiders = StreamSlots(
+        self.outsiders = StreamSlots(
             min(s.max_unauthenticated_per_address, s.max_unauthenticated),
             s.max_unauthenticated,
         )
@@ -169,7 +169,7 @@ class CoordinatorServicer:
 
     @contextmanager
     def _outsider_call(self, context: grpc.aio.ServicerContext) -> Iterator[None]:
-        with self._outsiders.hold(peer_address(context)):
+        with self.outsiders.hold(peer_address(context)):
             yield
 
     async def _request(self, it: AsyncIterator[Any], rpc: str) -> Any:
@@ -189,7 +189,9 @@ class CoordinatorServicer:
         async def run() -> pb.EnrollResponse:
             with self._outsider_call(context):
                 msg = await self._request(it, "Enroll")
-                req = serde.enroll_request_from_proto(msg, self.max_tensors)
+                # A generic tensor cap (the size bound already limits it): the
+                # run's own count would tell a caller without a token its layout.
+                req = serde.enroll_request_from_proto(msg)
                 e = await asyncio.to_thread(self.coord.enroll, req, _peer(context))
                 return serde.enrollment_to_proto(e)
 
@@ -302,11 +304,15 @@ class CoordinatorServicer:
                 up.start()
                 await self._receive(up, it, end)
                 ack = await asyncio.to_thread(up.finish)
-        except FedplatError as exc:
-            up.fail(exc)
-            raise
-        except BaseException:
-            up.fail(InvalidArgument("upload interrupted"))
+        except BaseException as exc:
+            failure = exc if isinstance(exc, FedplatError) else None
+            # In a thread, and shielded: a cancelled call's worker may still be
+            # writing or committing the row, and fail() waits for it.
+            await asyncio.shield(
+                asyncio.to_thread(
+                    up.fail, failure or InvalidArgument("upload interrupted")
+                )
+            )
             raise
         return serde.upload_ack_to_proto(ack)
 

@@ -25,6 +25,7 @@ The health service is served through the same safe deserializer
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import resource
 from collections.abc import AsyncIterator, Callable
@@ -37,7 +38,9 @@ from grpc_health.v1 import health, health_pb2
 from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto.streams import Malformed, parse_chunk, parse_or_malformed
-from fedplat.protocol.errors import InvalidArgument, ResourceExhausted
+from fedplat.protocol.errors import FedplatError, InvalidArgument, ResourceExhausted
+from fedplat.transport.limits import StreamSlots
+from fedplat.transport.status import status_of
 
 log = logging.getLogger("fedplat.server.grpc")
 
@@ -178,25 +181,68 @@ async def read_one(it: AsyncIterator[Any], seconds: float, rpc: str) -> Any:
 
 
 def peer_address(context: grpc.aio.ServicerContext) -> str:
-    """The caller's host (``ipv4:1.2.3.4:5678`` -> ``ipv4:1.2.3.4``)."""
-    peer = context.peer() or "unknown"
+    """The caller's address for per-address caps: the host of an IPv4 peer
+    (``ipv4:1.2.3.4:5678`` -> ``ipv4:1.2.3.4``), the /64 of an IPv6 one (one
+    host can draw on a whole /64, so that is what one caller holds)."""
+    return address_key(context.peer() or "unknown")
+
+
+def address_key(peer: str) -> str:
+    """:func:`peer_address` of gRPC's peer string."""
     host, sep, port = peer.rpartition(":")
-    return host if sep and port.isdigit() else peer
+    if not sep or not port.isdigit():
+        return peer
+    if host.startswith("ipv6:"):
+        try:
+            ip = ipaddress.IPv6Address(host[5:].strip("[]").split("%")[0])
+        except ValueError:
+            return host
+        if ip.ipv4_mapped is not None:
+            return f"ipv4:{ip.ipv4_mapped}"
+        return f"ipv6:{ipaddress.IPv6Network((ip, 64), strict=False)}"
+    return host
 
 
-def health_handler(servicer: health.aio.HealthServicer) -> grpc.GenericRpcHandler:
-    """``grpc.health.v1.Health`` with bounded, safe parsing (module docstring)."""
+#: How long one Health.Watch stream may last (a watcher reconnects after it).
+MAX_WATCH_SECONDS = 60.0
+
+
+def health_handler(
+    servicer: health.aio.HealthServicer,
+    slots: StreamSlots,
+    watch_seconds: float = MAX_WATCH_SECONDS,
+) -> grpc.GenericRpcHandler:
+    """``grpc.health.v1.Health`` with bounded, safe parsing (module docstring).
+
+    Anyone may ask, so each call holds one of ``slots`` (the unauthenticated
+    calls' per-address and total caps, shared with Challenge and Enroll), and a
+    Watch ends after ``watch_seconds``: no caller can hold call slots, or the
+    memory of streams it keeps sending on, for longer than that."""
     parse = bounded_parser(health_pb2.HealthCheckRequest, SMALL_REQUEST_BYTES, "Health")
+
+    async def refuse(context: grpc.aio.ServicerContext, exc: FedplatError) -> None:
+        await context.abort(status_of(exc), exc.reason)
 
     async def check(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Malformed):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-        return await servicer.Check(request, context)
+        try:
+            with slots.hold(peer_address(context)):
+                return await servicer.Check(request, context)
+        except ResourceExhausted as exc:
+            await refuse(context, exc)
 
     async def watch(request: Any, context: grpc.aio.ServicerContext) -> None:
         if isinstance(request, Malformed):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-        await servicer.Watch(request, context)  # writes through context.write
+        try:
+            with slots.hold(peer_address(context)):
+                # Writes through context.write until the deadline, then ends.
+                await asyncio.wait_for(servicer.Watch(request, context), watch_seconds)
+        except TimeoutError:
+            return
+        except ResourceExhausted as exc:
+            await refuse(context, exc)
 
     def out(msg: Any) -> bytes:
         return bytes(msg.SerializeToString())
@@ -212,7 +258,9 @@ def health_handler(servicer: health.aio.HealthServicer) -> grpc.GenericRpcHandle
 
 __all__ = [
     "FD_RESERVE",
+    "MAX_WATCH_SECONDS",
     "MessageLimits",
+    "address_key",
     "bounded_parser",
     "check_fd_headroom",
     "fd_limit_needed",

@@ -128,6 +128,18 @@ def test_mutual_tls_binds_the_client_to_its_certificate(
             other.poll(0.0)
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert twin.poll(0.0).kind in (pb.Task.WAIT, pb.Task.FINISHED)
+        # Ids a certificate holder merely claims (with a bad signature, or
+        # bound to another certificate) name nobody in the stored refusals.
+        claimed = [f"{i:016x}" for i in range(3)]
+        for cid in claimed:
+            with pytest.raises(grpc.RpcError):
+                other.enroll(client_id=cid, signature=b"\x00" * 64)
+        with pytest.raises(grpc.RpcError) as info:
+            other.enroll(client_id=twin.client_id)
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND  # as for no client
+        srv.coord.ctx.recorder.flush()
+        stored = Store(raw["store"]["url"], migrate=False).list_events(srv.coord.run_id)
+        assert not {e.client_id for e in stored} & set(claimed)
         # Trusting the server is not enough without a client certificate.
         with pytest.raises((ConnectionError, TlsError)):
             _client(address, "no-cert", root_certificates=ca).run()
