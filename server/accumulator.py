@@ -9,11 +9,20 @@ memory); at close the accepted rows are moved to the front in order, and the
 ``[k, d]`` view is handed to the rule without a copy.
 
 FedAvg with no pre-aggregation needs only the sum: :class:`RunningSum`
-keeps ``sum_i w_i u_i`` in float32 (``O(d)`` whatever the number of clients; an
-in-place BLAS axpy per update, like the rule's own float32 mean; ``w_i = 1``
-for an unweighted rule) and
-decodes each upload into a scratch row from a small pool, added once the upload
-is complete and valid, then returned to the pool.
+keeps ``sum_i w_i u_i`` in float64 (``O(d)`` whatever the number of clients;
+``w_i = 1`` for an unweighted rule) and decodes each upload into a scratch row
+from a small pool, added once the upload is complete and valid, then returned
+to the pool. Float64 makes the round's mean independent of the order uploads
+arrive in: the float64 sums of two orders differ by a few units in the 53rd
+bit, and both round to the same float32 mean but at a near-tie (about one
+coordinate in 10^7 per round at ten clients). A run with a fixed seed whose
+rounds take the same clients gives the same model however their uploads race
+(float32 sums differ in the 24th bit between orders, and 20 rounds of training
+grew that into the fourth digit of the demo's accuracy: 0.8520 and 0.8513 from
+one seed).
+Each row is widened in chunks of :data:`CHUNK` (a 2 MiB scratch, not a
+model-sized float64 copy): about 2x a float32 axpy, a few ms per update at 10M
+parameters, against the tens of ms its decoding takes.
 
 With a sketch compressor, :class:`SketchSum` is the same running sum over the
 clients' sketches ``[b]`` (the intake keeps each payload's sketch values instead
@@ -37,6 +46,25 @@ from dataclasses import dataclass, replace
 
 import torch
 from fedplat.server.bounds import Bounded, RoundBounds, exact_bound
+
+#: Elements widened to float64 at a time by :func:`add_widened`.
+CHUNK = 1 << 18
+
+
+def add_widened(total: torch.Tensor, row: torch.Tensor, alpha: float) -> None:
+    """``total += alpha * row``: float64 ``total``, float32 ``row``, chunked.
+
+    ``total.add_(row)`` across dtypes takes a slow unvectorized path (about 15x
+    a float32 axpy) and ``row.double()`` is a model-sized copy; a small float64
+    scratch does neither.
+    """
+    n = total.numel()
+    scratch = torch.empty(min(CHUNK, n), dtype=torch.float64)
+    for i in range(0, n, CHUNK):
+        k = min(CHUNK, n - i)
+        part = scratch[:k]
+        part.copy_(row[i : i + k])
+        total[i : i + k].add_(part, alpha=alpha)
 
 
 @dataclass(frozen=True)
@@ -181,9 +209,9 @@ class RunningSum:
 
     def _add(self, acc: Accepted, buffer: torch.Tensor) -> None:
         if self.sum is None:
-            self.sum = torch.zeros(self.d, dtype=torch.float32)
+            self.sum = torch.zeros(self.d, dtype=torch.float64)
         w = acc.weight if self.weighted else 1.0
-        self.sum.add_(buffer, alpha=w * acc.scale)
+        add_widened(self.sum, buffer, w * acc.scale)
         self.total_weight += w
         self._accepted[acc.row] = acc
         self._pool.append(buffer)

@@ -94,7 +94,7 @@ def test_running_sum_adds_w_s_u_by_hand() -> None:
     acc.settle()
     assert acc.sum is not None and acc.total_weight == 4.0
     # 1 (1, 0) + 1 (0, 1) + 2 x 0.003 (1000, 0) = (7, 1)
-    assert torch.allclose(acc.sum, _row(7.0, 1.0))
+    assert torch.allclose(acc.sum.float(), _row(7.0, 1.0))
     got = {a.client_id: (a.scale, a.bound, a.norm_bounded) for a in acc.accepted()}
     assert got == {
         "a": (1.0, 3.0, False),
@@ -307,7 +307,11 @@ def test_bounds_default_on_for_fedavg_only(tmp_path: Path) -> None:
     asked = parse_config(
         run_config(
             tmp_path,
-            aggregator={"name": "krum", "norm_bound": {"multiplier": 2.0}},
+            aggregator={
+                "name": "krum",
+                "params": {"f": 1},
+                "norm_bound": {"multiplier": 2.0},
+            },
         )
     ).aggregator
     assert asked.norm_bounding == NormBound(multiplier=2.0)
