@@ -3,8 +3,10 @@
 Makes a CA and a server certificate (``fedplat certs``) and one enrolment token
 per client, starts ``fedplat coordinator`` (TLS, token admission) and
 ``--clients`` reference ``fedplat client`` processes on 127.0.0.1, prints each
-completed round's accuracy from the store, and writes a JSON summary
-(``bench/results/demo.json`` by default).
+completed round's accuracy from the store (and, while nothing completes, what
+the coordinator is doing: clients enrolled, the round being trained), and
+writes a JSON summary (``runs/demo/demo.json`` by default; bench/demo.py runs
+it twice with one seed for bench/results/demo.json).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class DemoArgs:
     model: str = "mlp"
     seed: int = 0
     workdir: str = "runs/demo"
-    output: str = "bench/results/demo.json"
+    output: str | None = None  # default: WORKDIR/demo.json
 
 
 _EXE = [sys.executable, "-m", "fedplat.cli"]
@@ -131,11 +133,17 @@ def _start_clients(
     return procs
 
 
+#: Seconds without a completed round after which the demo says what goes on.
+QUIET_SECONDS = 10.0
+
+
 def _follow(
     coord: subprocess.Popen[bytes], store: Store, name: str, rounds: int, t0: float
 ) -> None:
-    """Print each completed round's accuracy until the coordinator exits."""
-    run, last = None, 0
+    """Print each completed round's accuracy until the coordinator exits, and
+    every :data:`QUIET_SECONDS` of silence the coordinator's phase (from its
+    heartbeat): clients enrolled, or the round in training."""
+    run, last, said = None, 0, time.perf_counter()
     while coord.poll() is None:
         time.sleep(1.0)
         run = run or store.get_run_by_name(name)
@@ -143,12 +151,26 @@ def _follow(
             continue
         for r in store.list_rounds(run.id):
             if r.status == "completed" and r.number > last:
-                last = r.number
+                last, said = r.number, time.perf_counter()
                 print(
                     f"round {r.number:3d}/{rounds}: accuracy {r.accuracy:.4f} "
-                    f"({time.perf_counter() - t0:.0f}s)",
+                    f"({said - t0:.0f}s)",
                     flush=True,
                 )
+        if time.perf_counter() - said >= QUIET_SECONDS:
+            said = time.perf_counter()
+            print(f"  {_activity(store, run.id, last, rounds)} ({said - t0:.0f}s)")
+
+
+def _activity(store: Store, run_id: str, last: int, rounds: int) -> str:
+    """One line: what the coordinator is doing, from its heartbeat."""
+    run = store.get_run(run_id)
+    phase = run.phase if run is not None else None
+    if phase in (None, "starting", "waiting_for_clients"):
+        return f"waiting for clients: {store.count_clients(run_id)} enrolled"
+    live = run.live_clients if run is not None else None
+    doing = "aggregating" if phase == "aggregating" else "training"
+    return f"round {last + 1}/{rounds}: {doing} ({live} clients connected)"
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -222,11 +244,11 @@ def _summary(
         "seconds": round(seconds, 1),
         "bytes_up": sum(p.bytes_up for p in parts),
         "bytes_down": sum(p.bytes_down for p in parts),
+        "seed": args.seed,
         "run_id": run.id,
-        "store": cfg["store"]["url"],
     }
     store.close()
-    out = Path(args.output)
+    out = Path(args.output) if args.output else Path(args.workdir) / "demo.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(

@@ -36,6 +36,6 @@ def register(sub: Any) -> None:
     d.add_argument("--seed", type=int, default=0, help="run and partition seed")
     d.add_argument("--workdir", default="runs/demo", help="store, logs, checkpoints")
     d.add_argument(
-        "--output", default="bench/results/demo.json", help="summary JSON to write"
+        "--output", default=None, help="summary JSON (default: WORKDIR/demo.json)"
     )
     d.set_defaults(func=cmd_demo)
