@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from fedplat.config import Strict
 
@@ -78,6 +78,17 @@ class AggregatorSection(Strict):
     def _off(cls, value: Any) -> Any:
         # YAML 1.1 reads an unquoted ``off`` as false.
         return None if value is False or value == "off" else value
+
+    @model_validator(mode="after")
+    def _builds(self) -> AggregatorSection:
+        # A wrong rule name or parameter is a run-file error, found when the
+        # file is read, not after the model is built.
+        try:
+            self.build()
+        except (ValueError, KeyError, TypeError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+            raise ValueError(str(msg)) from None
+        return self
 
     @property
     def is_weighted(self) -> bool:

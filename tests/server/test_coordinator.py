@@ -216,10 +216,21 @@ def test_existing_run_with_other_model_is_refused(tmp_path: Path) -> None:
         Coordinator(other, Recorder(store))
 
 
-def test_unknown_aggregator_is_a_config_error(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, rounds=1, clients=2, aggregator={"name": "nope"})
-    with pytest.raises(ConfigError, match="unknown aggregator 'nope'"):
-        Coordinator(cfg, Recorder(Store(cfg.store.url)))
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"name": "nope"}, "unknown aggregator 'nope'"),
+        ({"name": "krum", "params": {"f": -1}}, "f must be >= 0"),
+        ({"name": "trimmed_mean", "params": {"bogus": 1}}, "unknown parameter"),
+        ({"name": "median", "pre": [{"name": "nope"}]}, "nope"),
+    ],
+)
+def test_a_wrong_aggregator_is_refused_when_the_file_is_read(
+    tmp_path: Path, section: dict[str, object], message: str
+) -> None:
+    # At validation, before any model is built or store opened.
+    with pytest.raises(ConfigError, match=message):
+        _cfg(tmp_path, rounds=1, clients=2, aggregator=section)
 
 
 @pytest.mark.parametrize(
