@@ -20,14 +20,15 @@ import contextlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import save_file
+# torch, safetensors and the store are imported where they are used: the CLI
+# reads FORMATS to build its parser, and `fedplat --help` should not load torch.
+if TYPE_CHECKING:
+    import torch
 
-from fedplat.store import RoundRecord, RunRecord, Store
-from fedplat.summary import best_round
-from fedplat.vectors import Layout, LayoutError, load_vector, unflatten
+    from fedplat.store import RoundRecord, RunRecord, Store
+    from fedplat.vectors import Layout
 
 FORMATS = ("safetensors", "torch", "onnx")
 
@@ -68,6 +69,8 @@ def pick_round(
         )
     if not best:
         return done[-1]
+    from fedplat.summary import best_round
+
     found = best_round(done)
     if found is None:
         raise ExportError(f"run {run.name!r} has no evaluated round to call best")
@@ -80,6 +83,7 @@ def checkpoint_state(
     """The named tensors of round ``rec``'s checkpoint, verified against the store
     (SHA-256 and the run's layout)."""
     from fedplat.server.checkpoint import CheckpointError, load_checkpoint
+    from fedplat.vectors import Layout, LayoutError, unflatten
 
     if rec.checkpoint_path is None or rec.checkpoint_sha256 is None:
         raise ExportError(f"round {rec.number} of run {run.name!r} has no checkpoint")
@@ -112,6 +116,7 @@ def _onnx(run: RunRecord, weights: torch.Tensor, layout: Layout, out: Path) -> N
         ) from None
     from fedplat.server.config import ConfigError, parse_config
     from fedplat.server.evaluation import build_model, load_eval_data
+    from fedplat.vectors import load_vector
 
     try:
         cfg = parse_config(run.config, f"the stored config of run {run.name!r}")
@@ -122,6 +127,8 @@ def _onnx(run: RunRecord, weights: torch.Tensor, layout: Layout, out: Path) -> N
         raise ExportError(f"cannot rebuild the model for ONNX: {exc}") from None
     load_vector(model, weights, layout)
     model.eval()
+    import torch
+
     batch = torch.export.Dim("batch")
     # The exporter reports its progress on stdout: keep the CLI's output clean.
     with contextlib.redirect_stdout(io.StringIO()):
@@ -160,8 +167,12 @@ def export_model(
     path.parent.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"run": run.name, "round": str(rec.number)}
     if fmt == "safetensors":
+        from safetensors.torch import save_file
+
         save_file(state, str(path), metadata=meta)
     elif fmt == "torch":
+        import torch
+
         torch.save(state, path)
     else:
         from fedplat.vectors import flatten

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +116,17 @@ def test_app_dir_must_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     argv = ["sim", "--config", str(path), "--app-dir", str(tmp_path / "nope")]
     assert main(argv) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_help_loads_neither_torch_nor_the_store() -> None:
+    # `fedplat --help` (and every parser) must not pay for torch, SQLAlchemy
+    # or gRPC: they load with the command that needs them.
+    code = (
+        "import sys, fedplat.cli; fedplat.cli.build_parser(); "
+        "print(sorted(m for m in ('torch', 'sqlalchemy', 'grpc') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
