@@ -96,10 +96,15 @@ def cmd_clients(args: argparse.Namespace) -> int:
                 return 0
         except StoreError as exc:
             raise CliError(str(exc)) from None
+        # The monitor's states (fedplat.ui.status): a finished run's clients
+        # read "finished", a silent one "lost", whatever the stored row says.
+        from fedplat.ui.status import client_state, run_view
+
+        view = run_view(run, datetime.now(UTC))
         for c in store.list_clients(run.id):
             key = (c.public_key or "")[:16]
             print(
-                f"{c.id}  {c.status:8} {c.name}  key {key or '-'}  "
+                f"{c.id}  {client_state(c, view):11} {c.name}  key {key or '-'}  "
                 f"examples {c.num_examples}"
             )
     return 0
