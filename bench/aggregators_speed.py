@@ -48,6 +48,7 @@ import torch
 from fedplat.aggregators import create_aggregator
 from fedplat.aggregators.kernels import fused_sort
 
+from bench.common import check_out, write_results
 from bench.docs import ROOT, add_doc_args, handle_doc_args
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregators_speed.json"
@@ -195,6 +196,7 @@ def goals(rules: dict[str, Any]) -> dict[str, bool]:
 
 
 def main() -> None:
+    started = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--d", type=int, default=1_000_000)
@@ -203,13 +205,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-flower", action="store_true")
     ap.add_argument("--large", action="store_true", help="also n=100, d=1e7")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     add_doc_args(ap, DOC)
     args = ap.parse_args()
     from bench.docs_robustness import speed_blocks
 
     if handle_doc_args(args, DOC, speed_blocks):
         return
+    check_out(ap, args.out)
     torch.set_num_threads(args.threads)
     f = args.n // 5 if args.f is None else args.f
     load_before = os.getloadavg()
@@ -239,8 +242,7 @@ def main() -> None:
         result["machine"]["flwr"] = flwr.__version__
     except ImportError:
         result["machine"]["flwr"] = None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, result, started)
     print(json.dumps(result["goals"], indent=2))
 
 

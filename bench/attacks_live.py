@@ -68,7 +68,7 @@ from bench.attackers import ATTACKS as ISSUE_11_ATTACKS  # noqa: E402
 from bench.attackers import Attacker  # noqa: E402
 from bench.attackers_bounds import BOUNDS_ATTACKS, RSS_LIMIT_MB  # noqa: E402
 from bench.attacks_gossip import GOSSIP_ATTACKS, run_gossip  # noqa: E402
-from bench.common import environment, write_results  # noqa: E402
+from bench.common import check_out, environment, write_results  # noqa: E402
 from bench.deploy import (  # noqa: E402
     MODEL,
     Deployment,
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tiny", action="store_true", help="4 clients, 3 rounds, 3 attacks"
     )
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument("--workdir", type=Path, help="keep logs and stores here")
     ap.add_argument("--only", nargs="*", help="run only these attacks")
     ap.add_argument(
@@ -511,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         "--markdown", action="store_true", help="print the docs table from --out"
     )
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     if args.markdown:
         print(render_markdown(json.loads(args.out.read_text())), end="")
         return 0

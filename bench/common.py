@@ -12,6 +12,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,7 +22,9 @@ from typing import Any
 import torch
 
 __all__ = [
+    "RESULTS_DIR",
     "PeakRss",
+    "check_out",
     "environment",
     "loadavg",
     "median",
@@ -59,6 +62,38 @@ def source_state() -> dict[str, Any]:
     return {"commit": commit, "tree_dirty": None if status is None else bool(status)}
 
 
+#: Where committed results live: written only from a clean tree.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def dirty_destination(path: Path, state: dict[str, Any] | None = None) -> str | None:
+    """Why ``path`` may not be written now (``None``: it may).
+
+    A file in bench/results/ is a committed result: it must say which commit
+    produced it, so it is written only from a tree whose tracked files match
+    that commit. Anywhere else (a test's tmp_path, /tmp) is free.
+    """
+    if path.resolve().parent != RESULTS_DIR:
+        return None
+    state = source_state() if state is None else state
+    if state["commit"] is None or state["tree_dirty"] is not False:
+        return (
+            f"refusing to write {path}: bench/results/ takes results of a committed "
+            "tree only (commit or stash your changes, or pass --out elsewhere)"
+        )
+    return None
+
+
+def check_out(parser: argparse.ArgumentParser, path: Path) -> None:
+    """Refuse (the parser's one-line error, exit 2) an ``--out`` in
+    bench/results/ from a dirty tree, before a benchmark runs for hours to find
+    its result unwritable. Call it after ``--markdown``/``--write-docs`` are
+    handled: those only read the committed results."""
+    problem = dirty_destination(Path(path))
+    if problem is not None:
+        parser.error(problem)
+
+
 def environment(started: float, **versions: str) -> dict[str, Any]:
     """Library versions, machine, the code's commit, and wall time since
     ``started`` (perf_counter)."""
@@ -74,10 +109,25 @@ def environment(started: float, **versions: str) -> dict[str, Any]:
 
 
 def write_results(path: Path, results: dict[str, Any], started: float) -> None:
-    """Write ``results`` as indented JSON and say where, with the run time."""
+    """Write ``results`` as indented JSON and say where, with the run time.
+
+    The commit and tree state at writing are stamped into ``environment``. If
+    the tree became dirty while the benchmark ran, a bench/results/ file is not
+    written: the JSON goes to the temporary directory instead, and the process
+    exits with status 1 saying where.
+    """
+    state = source_state()
+    env = results.setdefault("environment", {})
+    if isinstance(env, dict):
+        env.update(state)
+    problem = dirty_destination(path, state)
+    if problem is not None:
+        path = Path(tempfile.gettempdir()) / path.name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
+    if problem is not None:
+        raise SystemExit(f"{problem}; the result is in {path}")
 
 
 def tiny_parser(doc: str | None, default_out: Path) -> argparse.ArgumentParser:

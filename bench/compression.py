@@ -98,7 +98,7 @@ from typing import Any
 
 import torch
 
-from bench.common import round_progress
+from bench.common import check_out, round_progress, source_state
 from bench.docs import add_doc_args, handle_doc_args
 from bench.docs_compression import DOC, doc_blocks
 
@@ -673,6 +673,7 @@ def write_results(
         "throughput_reference": _speed_reference(),
         "environment": {
             **env,
+            **source_state(),
             "load_average_at_end": list(os.getloadavg()),
             "wall_seconds": time.perf_counter() - started,
         },
@@ -703,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="digits, 4 clients, 10 rounds: a smoke test (seconds)",
     )
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument(
         "--methods", default="", help="comma-separated subset of methods (default: all)"
     )
@@ -733,6 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if handle_doc_args(args, DOC, doc_blocks):
         return 0
+    check_out(ap, args.out)
     kept_long_run = None
     if args.keep_long_run is not None:
         if args.methods:

@@ -15,7 +15,6 @@ Writes ``bench/results/compression_speed.json``. Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from bench.common import check_out, write_results
 from fedplat.compression import (
     FP16,
     Compressor,
@@ -147,10 +147,12 @@ def bench_codec(
 
 
 def main() -> None:
+    started = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1M elements, 2 repeats")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     args = ap.parse_args()
+    check_out(ap, args.out)
     torch.set_num_threads(2)
     n = 1_000_000 if args.quick else 10_000_000
     repeats = 2 if args.quick else 7
@@ -217,9 +219,7 @@ def main() -> None:
             "note": "2 shared cores; other jobs may inflate absolute times",
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, result, started)
 
 
 if __name__ == "__main__":

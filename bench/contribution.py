@@ -64,7 +64,7 @@ from fedplat.client import Client, FitResult
 from fedplat.server.config import RunConfig, parse_config
 from scipy.stats import spearmanr
 
-from bench.common import write_results
+from bench.common import check_out, write_results
 from fedplat.contribution import verify_run_ledger
 from fedplat.data import Dataset, fashion_mnist_available, load_dataset, partition
 from fedplat.models import create_model, train_epochs
@@ -415,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(Path("bench/results")))
         return 0
+    if args.out is not None:
+        check_out(p, args.out)
     base = TINY if args.tiny else Setup()
     given = {
         k: v

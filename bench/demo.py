@@ -20,10 +20,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import environment, tiny_parser, write_results
+from bench.common import check_out, environment, tiny_parser, write_results
+from bench.docs import ROOT, add_doc_args, handle_doc_args
 from fedplat.demo import DemoArgs, run_demo
 
-OUT = Path("bench/results/demo.json")
+OUT = Path(__file__).resolve().parent / "results" / "demo.json"
+DOC = ROOT / "README.md"
+
+
+def doc_blocks() -> dict[str, str]:
+    """The README's sentence on the demo's result, from the committed JSON."""
+    res = json.loads(OUT.read_text())
+    first, second = res["final_accuracy"]
+    env = res["environment"]
+    same = "the same" if res["same_to_4_digits"] else "NOT the same"
+    return {
+        "demo-result": (
+            f"`bench/results/demo.json` (commit {env['commit'][:7]}: final test "
+            f"accuracy {first:.4f} and {second:.4f} after {res['setup']['rounds']} "
+            f"rounds, {same} in every round to 4 digits; largest difference "
+            f"{res['max_round_difference']:.1e})."
+        )
+    }
 
 
 def _once(args: DemoArgs) -> dict[str, Any]:
@@ -38,7 +56,11 @@ def _once(args: DemoArgs) -> dict[str, Any]:
 def main() -> int:
     ap = tiny_parser(__doc__, OUT)
     ap.add_argument("--seed", type=int, default=0)
+    add_doc_args(ap, DOC)
     a = ap.parse_args()
+    if handle_doc_args(a, DOC, doc_blocks):
+        return 0
+    check_out(ap, a.out)
     started = time.perf_counter()
     clients, rounds = (3, 2) if a.tiny else (10, 20)
     runs = []

@@ -161,6 +161,28 @@ def round_overhead_block(data: dict[str, Any]) -> str:
         "Goals:",
         *_met(data["goals"]),
     ]
+    judged = data["goals"].get("clients_within_3_buffers_judged_at")
+    if judged:
+        sizes = ", ".join(f"{n / 1e6:g}M" for n in judged)
+        small = sorted(
+            {
+                f"{r['params'] / 1e6:g}M"
+                for r in data["rounds"]
+                if r.get("params") not in judged
+                and r.get("client_model_sized_buffers") is not None
+            }
+        )
+        lines.append(
+            f"  (judged at {sizes} parameters only"
+            + (
+                f"; at {', '.join(small)} the memory a client uses whatever the model "
+                "size (message buffers, allocator arenas) is several model sizes, so "
+                "its buffers column is above 3 there"
+                if small
+                else ""
+            )
+            + ")"
+        )
     return "\n".join(lines)
 
 

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.common import environment, round_progress, write_results
+from bench.common import check_out, environment, round_progress, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dp_fedavg.json"
 EPSILONS: tuple[float | None, ...] = (None, 8.0, 4.0, 2.0)
@@ -468,6 +468,28 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Where each row's hyperparameters are: ``setup`` holds the base values only
+#: (what tuning starts from), under a name that says so.
+ROW_HYPERPARAMETERS = (
+    "per row family in `setups` and per row in rows[].details.hyperparameters "
+    "(chosen on the validation split: `tuning`)"
+)
+
+
+def setup_block(setup: Setup) -> dict[str, Any]:
+    """``setup`` for the JSON: the tuned keys moved under ``untuned_defaults``,
+    so no reader takes them for the values a row ran with."""
+    d = asdict(setup)
+    untuned = {k: d.pop(k) for k in setup.hyper}
+    return {**d, "untuned_defaults": untuned, "hyperparameters": ROW_HYPERPARAMETERS}
+
+
+def _flat_setup(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored ``setup`` as :func:`dataclasses.asdict` gives it (either form)."""
+    flat = {k: v for k, v in stored.items() if k != "hyperparameters"}
+    return {**flat.pop("untuned_defaults", {}), **flat}
+
+
 TUNING_RESULTS = RESULTS.with_name("dp_fedavg_tuning.json")
 #: The validation grid (overrides of ``FULL``). Criterion: validation accuracy
 #: after ``rounds`` rounds; DP rows take the best config at epsilon 4 (the middle
@@ -572,7 +594,7 @@ def chosen(
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="digits, 100 clients")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument("--rounds", type=int, help="override the number of rounds")
     ap.add_argument("--jobs", type=int, help="rows run at once (processes)")
     ap.add_argument(
@@ -599,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.markdown:
         print(render_markdown(json.loads(args.out.read_text())), end="")
         return 0
+    check_out(ap, args.out)
     setup = TINY if args.tiny else FULL
     if args.rounds:
         setup = replace(setup, rounds=args.rounds)
@@ -639,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rows": out,
             "goals": goals(out),
             "setup": {
-                **asdict(setup),
+                **setup_block(setup),
                 "d": model_dim(setup),
                 "rows_run": [r.name for i, r in enumerate(rows) if i in done],
                 "rows_not_run": [r.name for i, r in enumerate(rows) if i not in done],
@@ -682,7 +705,7 @@ def _kept_rows(
         )
     prev = json.loads(args.out.read_text())
     skip = ("jobs", "d", "rows_run", "rows_not_run", "rows_kept_from_an_earlier_run")
-    stored = {k: v for k, v in prev["setup"].items() if k not in skip}
+    stored = {k: v for k, v in _flat_setup(prev["setup"]).items() if k not in skip}
     ours = json.loads(
         json.dumps({k: v for k, v in asdict(setup).items() if k != "jobs"})
     )

@@ -61,7 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # allow ``python bench/faults.py``
     sys.path.insert(0, str(REPO))
 
-from bench.common import environment, write_results  # noqa: E402
+from bench.common import check_out, environment, write_results  # noqa: E402
 from bench.deploy import (  # noqa: E402
     MODEL,
     Deployment,
@@ -298,12 +298,13 @@ def render_markdown(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="3 clients, 2 kills")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument("--workdir", type=Path, help="keep logs and stores here")
     ap.add_argument(
         "--markdown", action="store_true", help="print the docs table from --out"
     )
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     if args.markdown:
         print(render_markdown(json.loads(args.out.read_text())), end="")
         return 0

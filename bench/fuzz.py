@@ -68,7 +68,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/fuzz.py``
 
 import grpc  # noqa: E402
 
-from bench.common import environment, write_results  # noqa: E402
+from bench.common import check_out, environment, write_results  # noqa: E402
 from bench.deploy import Deployment, free_port, run_file  # noqa: E402
 from bench.fuzz_targets import (  # noqa: E402
     COORDINATOR_RPCS,
@@ -269,12 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--messages", type=int, help="this many messages (the setup's otherwise)"
     )
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument("--workdir", type=Path, help="keep logs and stores here")
     ap.add_argument(
         "--markdown", action="store_true", help="print the docs table from --out"
     )
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     if args.markdown:
         print(render_markdown(json.loads(args.out.read_text())), end="")
         return 0

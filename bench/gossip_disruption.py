@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from bench.common import check_out, write_results
 from bench.docs import ROOT, add_doc_args, handle_doc_args
 from fedplat.gossip.network import NetworkState
 from fedplat.gossip.scenario import Scenario, parse_scenario
@@ -191,6 +192,7 @@ def doc_blocks() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--nodes", type=int, default=100)
@@ -214,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the baseline only and print its time",
     )
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--output", type=Path, default=str(RESULTS))
     add_doc_args(p, DOC)
     args = p.parse_args(argv)
     if handle_doc_args(args, DOC, doc_blocks):
         return 0
+    check_out(p, args.output)
     torch.set_num_threads(args.threads)
 
     def make(
@@ -293,9 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_min_accuracy": base.final_min_accuracy,
         },
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.output} ({total:.0f}s)")
+    write_results(args.output, out, started)
     return 0
 
 

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.common import environment, write_results
+from bench.common import check_out, environment, write_results
 from bench.docs import add_doc_args, handle_doc_args
 from bench.docs_compression import DOC, leakage_blocks
 from fedplat.compression import Compressor, CountSketch, GaussianSketch
@@ -426,11 +426,12 @@ def run(setup: Setup, log: Callable[[str], None]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="digits, fewer epsilons")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
     if handle_doc_args(args, DOC, leakage_blocks):
         return 0
+    check_out(ap, args.out)
     torch.set_num_threads(1)
     setup = TINY if args.tiny else FULL
     t0 = time.perf_counter()

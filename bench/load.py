@@ -64,6 +64,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/load.py``
 from bench import fleet  # noqa: E402
 from bench.common import (  # noqa: E402
     PeakRss,
+    check_out,
     environment,
     loadavg,
     shared_machine,
@@ -397,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         args.out.write_text(json.dumps(vars(got)))
         return 0
+    check_out(ap, args.out)
     s = TINY if args.tiny else FULL
     started = time.perf_counter()
     load_start = loadavg()

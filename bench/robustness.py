@@ -71,6 +71,7 @@ from fedplat.aggregators.attacks import create_attack, flip_labels
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from bench.common import check_out, write_results
 from bench.docs import add_doc_args, handle_doc_args
 from fedplat.data import Dataset, load_dataset
 from fedplat.data.partition import iid, label_sorted
@@ -538,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "1 with --tiny)",
     )
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument(
         "--replace-rows",
         action="store_true",
@@ -561,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
     if handle_doc_args(args, DOCS, robustness_blocks):
         return None
+    check_out(ap, args.out)
     if args.replace_rows and not args.rules:
         ap.error("--replace-rows needs --rules")
     torch.set_num_threads(args.threads)
@@ -616,8 +618,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         summary["seconds"] = time.perf_counter() - t0
     else:
         summary = merge_rows(old, setup, results, time.perf_counter() - t0)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    write_results(args.out, summary, t0)
     docs = args.docs if args.docs is not None else (None if args.tiny else DOCS)
     if docs is not None:
         write_results_block(summary, docs)

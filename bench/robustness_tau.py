@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from bench.common import check_out, write_results
 from bench.robustness import (
     ATTACKS,
     RULES,
@@ -125,13 +126,15 @@ def tune(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="digits, seconds")
     ap.add_argument("--taus", type=float, nargs="+", default=list(TAUS))
     ap.add_argument("--holdout", type=int, default=None, help=f"default {HOLDOUT:,}")
     ap.add_argument("--workers", type=int, default=None, help="default 2 (1 tiny)")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     torch.set_num_threads(1)
     if args.tiny:
         setup = replace(TINY, rules=("centered_clipping",), validation=300)
@@ -142,8 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup = replace(setup, validation=args.holdout)
     workers = args.workers or (1 if args.tiny else 2)
     out = {"tiny": args.tiny, **tune(setup, args.taus, workers)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    write_results(args.out, out, started)
     print(json.dumps({k: out[k] for k in ("mean_by_tau", "chosen_tau")}, indent=2))
     return 0
 

@@ -71,6 +71,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/round_overhead.py``
 from bench import fleet, load  # noqa: E402
 from bench.common import (  # noqa: E402
     PeakRss,
+    check_out,
     environment,
     loadavg,
     median,
@@ -410,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "larger messages and decoding slots",
     )
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     if args.replace_rows:
         if not args.out.is_file():
             ap.error(f"--replace-rows: {args.out} does not exist")

@@ -60,7 +60,7 @@ import cryptography  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.common import environment, write_results  # noqa: E402
+from bench.common import check_out, environment, write_results  # noqa: E402
 from fedplat.compression.wire import Payload, dense_payload  # noqa: E402
 from fedplat.data.datasets import load_dataset  # noqa: E402
 from fedplat.data.partition import iid  # noqa: E402
@@ -396,13 +396,14 @@ def render_markdown(results: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="20 clients on digits")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=str(RESULTS))
     ap.add_argument(
         "--markdown",
         action="store_true",
         help="print the docs tables rendered from --out and exit",
     )
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     if args.markdown:
         print(render_markdown(json.loads(args.out.read_text())), end="")
         return 0

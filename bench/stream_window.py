@@ -42,6 +42,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/stream_window.py``
 
 from bench.common import (  # noqa: E402
     _status_kb,
+    check_out,
     environment,
     loadavg,
     median,
@@ -178,6 +179,7 @@ def run(setup: Setup) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = tiny_parser(__doc__, RESULTS)
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     setup = TINY if args.tiny else FULL
     t0 = time.perf_counter()
     load_start = loadavg()

@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from bench.common import check_out, write_results
 from bench.docs import add_doc_args, handle_doc_args
 from bench.docs_compression import DOC, tabular_blocks
 
@@ -387,20 +388,21 @@ def run(setup: Setup) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="8 rounds, one lr: seconds")
-    ap.add_argument("--out", default=str(RESULTS), help="JSON file to write")
+    ap.add_argument("--out", type=Path, default=str(RESULTS), help="JSON file to write")
     add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
     if handle_doc_args(args, DOC, tabular_blocks):
         return 0
+    check_out(ap, args.out)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("fedplat", "alembic"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     torch.set_num_threads(1)
     result = run(TINY if args.tiny else FULL)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, result, started)
     print(json.dumps({k: result[k] for k in list(result)[:5]}, indent=2))
     return 0
 

@@ -70,6 +70,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/vs_flower.py``
 from bench import fleet  # noqa: E402
 from bench.common import (  # noqa: E402
     PeakRss,
+    check_out,
     environment,
     loadavg,
     median,
@@ -367,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(a busy shared machine); recorded as a deviation",
     )
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
     s = TINY if args.tiny else FULL
     if args.repetitions:
         s = replace(s, repetitions=args.repetitions)

@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # allow ``python bench/vs_flower_sim.py``
     sys.path.insert(0, str(REPO))
 
+from bench.common import check_out, write_results  # noqa: E402
 from bench.docs import add_doc_args, handle_doc_args  # noqa: E402
 from examples.flower.launch import APP_DIR, FlowerRuntime  # noqa: E402
 
@@ -253,8 +254,7 @@ def run(setup: Setup, out: Path, tiny: bool) -> dict[str, Any]:
         },
         "machine": machine(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
+    write_results(out, data, t0)
     return data
 
 
@@ -306,11 +306,12 @@ def doc_blocks() -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="2 rules, 5 nodes, 2 rounds")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out", type=Path, default=str(DEFAULT_OUT))
     add_doc_args(ap, DOC)
     args = ap.parse_args(argv)
     if handle_doc_args(args, DOC, doc_blocks):
         return 0
+    check_out(ap, args.out)
     data = run(TINY if args.tiny else FULL, args.out, args.tiny)
     print(json.dumps({"goals": data["goals"]}, indent=2))
     for r in data["rows"]:

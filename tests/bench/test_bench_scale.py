@@ -36,9 +36,16 @@ def test_tiny_scale_bench(tmp_path: Path) -> None:
     assert 0.95 * h["fan_in"] < h["root_ingress_reduction"] <= h["fan_in"]
     assert h["max_abs_model_diff"] <= 1e-6
     assert h["edge_summary_at_root"]["client.edge.kept"] == h["clients"]
+    # Enrolment is measured (until the last client's enroll returns), so it is
+    # a positive part of the wall time, never a difference that can go negative.
+    assert 0 < sim["enrol_s"] < sim["wall_s"]
     r = out["ray"]
     assert r["rounds"] == 2 and r["hosts"] == 2
     assert r["worker_peak_rss_mb"] > 0 and r["driver_peak_rss_mb"] > 0
+    assert r["inprocess_enrol_s"] > 0 and r["inprocess_round_s"] > 0
+    assert r["speedup_vs_inprocess"] == pytest.approx(
+        r["inprocess_round_s"] / r["round_s"], rel=0.01
+    )
 
 
 def test_committed_results_have_the_schema() -> None:

@@ -19,6 +19,7 @@ RENDERERS = (
     "bench.security_doc",
     "bench.gossip_disruption",
     "bench.vs_flower_sim",
+    "bench.demo",
 )
 
 
