@@ -111,10 +111,16 @@ class DataSection(Strict):
     ``DataLoader`` of ``(inputs, targets)`` batches, or a pair of tensors (or
     arrays) ``(x [N, ...], y [N, ...])`` of any shape. It replaces ``dataset`` for
     evaluation.
+
+    ``clients``: the simulated clients' training data (``fedplat sim``; a
+    coordinator never reads it), an import path called as ``fn(index,
+    num_clients)`` returning what ``eval`` may, with integer labels ``y [N]``
+    (:mod:`fedplat.sim.client_data`). It replaces ``dataset`` for training.
     """
 
     dataset: str = "fashion_mnist"
     eval: str | None = None
+    clients: str | None = None
     eval_params: dict[str, Any] = Field(default_factory=dict)
     eval_split: Literal["train", "test"] = "test"
     eval_every: int = Field(default=1, ge=1)
@@ -133,6 +139,8 @@ class DataSection(Strict):
             _check_import_path(self.eval, "data.eval")
         elif self.eval_params:
             raise ValueError("data.eval_params needs data.eval")
+        if self.clients is not None:
+            _check_import_path(self.clients, "data.clients")
         return self
 
 

@@ -1,9 +1,12 @@
-"""The tabular app's plug-ins: its model, its held-out data, a custom metric.
+"""The tabular app's plug-ins: its model, its held-out data, a custom metric, and
+each simulated hospital's training rows.
 
 The coordinator imports them by the paths the run file gives (``app:model_factory``,
 ``app:eval_data``, ``app:sensitivity``, with ``--app-dir examples/tabular``); the
-client script (``hospital.py``) uses the same model and reads its own rows. Nothing
-here imports fedplat: an exported model loads with this file and plain torch.
+client script (``hospital.py``) uses the same model and reads its own rows;
+``fedplat sim`` calls ``app:client_data`` (the run file's ``data.clients``) for
+each simulated client. Nothing here imports fedplat: an exported model loads with
+this file and plain torch.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 CSV = Path(__file__).with_name("breast_cancer.csv")
+HOSPITALS = 3  # the CSV's ``client`` column: 0, 1, 2
 NUM_FEATURES = 30
 MALIGNANT = 0  # label 0 = malignant, 1 = benign (scikit-learn's coding)
 
@@ -53,6 +57,25 @@ def model_factory(hidden: Sequence[int] = (64, 32)) -> nn.Module:
         layers += [nn.Linear(a, b), nn.ReLU()]
     layers.append(nn.Linear(widths[-1], 2))
     return nn.Sequential(*layers)
+
+
+def client_data(index: int, num_clients: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training rows of simulated client ``index`` of ``num_clients``.
+
+    With 3 clients, hospital ``index``'s own rows (what ``hospital.py --client
+    index`` trains on: the CSV's Dirichlet label split). With any other count, the
+    398 training rows shuffled with a fixed seed and cut into ``num_clients``
+    near-equal shares (an IID split: the hospitals' label skew is not kept);
+    more clients than rows is an error.
+    """
+    if num_clients == HOSPITALS:
+        return load_rows("train", index)
+    x, y = load_rows("train")
+    if not 1 <= num_clients <= len(y):
+        raise ValueError(f"{num_clients} clients for {len(y)} training rows")
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    share = order.tensor_split(num_clients)[index]
+    return x[share], y[share]
 
 
 def eval_data() -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,11 +1,22 @@
 """``fedplat sim``: many reference clients through the real round engine, in this
-process or on a Ray cluster (``--backend ray``, extra ``fedplat[ray]``)."""
+process or on a Ray cluster (``--backend ray``, extra ``fedplat[ray]``).
+
+The clients train on a bundled dataset, or on the app's data when the run file
+names ``data.clients`` (``fedplat.sim.client_data``); a run they cannot train is
+refused before it starts (one line, exit status 2). A simulation that crashes
+marks its run ``failed`` in the store and exits with status 1 after one line
+(``-v`` logs the traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from fedplat.cli.common import (
@@ -13,7 +24,10 @@ from fedplat.cli.common import (
     CliError,
     add_import_paths,
     add_partition_arg,
+    user_errors,
 )
+
+log = logging.getLogger("fedplat.cli")
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -35,6 +49,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     population = ReferencePopulation.of(
         cfg, args.clients, partition=partition, partition_params=pparams
     )
+    population.check()
     # Opened before the progress bar, so a bad store is a clean one-line error.
     store = None if args.backend == "ray" else Store(cfg.store.url)
     bar = tqdm(
@@ -53,7 +68,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     try:
         if store is None:
-            run = _on_ray(args, cfg, population, on_round)
+            run = _on_ray(args, cfg, population, on_round, _import_paths(args))
             res = run.result
             extra = {
                 "backend": "ray",
@@ -67,6 +82,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
             res = simulate(
                 cfg, population, args.clients, on_round=on_round, store=store
             )
+    except Exception as exc:  # the run is marked failed; say why on one line
+        return _crashed(cfg, exc)
     finally:
         bar.close()
         if store is not None:
@@ -85,7 +102,37 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def _on_ray(args: argparse.Namespace, cfg: Any, population: Any, on_round: Any) -> Any:
+def _import_paths(args: argparse.Namespace) -> list[str]:
+    """What every Ray actor puts on its ``sys.path``: the app's folder and the
+    working directory, as the driver does (``add_import_paths``)."""
+    app = [str(Path(args.app_dir).resolve())] if args.app_dir else []
+    return [*app, os.getcwd()]
+
+
+def _crashed(cfg: Any, exc: Exception) -> int:
+    """One line for a simulation that stopped (a user error keeps exit status
+    2 through ``fedplat.cli.main``); the traceback with ``-v``."""
+    cause = getattr(exc, "cause", None)  # Ray wraps errors raised in its actors
+    err = cause if isinstance(cause, Exception) else exc
+    if isinstance(err, user_errors()):
+        raise err from None
+    log.debug("the simulation crashed", exc_info=exc)
+    message = " ".join(str(err).split())
+    print(
+        f"fedplat: run {cfg.run.name!r} failed (marked failed in {cfg.store.url}): "
+        f"{type(err).__name__}: {message}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _on_ray(
+    args: argparse.Namespace,
+    cfg: Any,
+    population: Any,
+    on_round: Any,
+    import_paths: list[str],
+) -> Any:
     try:
         import ray
     except ImportError:
@@ -101,7 +148,12 @@ def _on_ray(args: argparse.Namespace, cfg: Any, population: Any, on_round: Any) 
         local_ray(tempfile.mkdtemp(prefix="fedplat-ray-"))
     try:
         return simulate_ray(
-            cfg, population, args.clients, hosts=args.hosts, on_round=on_round
+            cfg,
+            population,
+            args.clients,
+            hosts=args.hosts,
+            on_round=on_round,
+            import_paths=import_paths,
         )
     finally:
         ray.shutdown()

@@ -1,5 +1,9 @@
 """Plain-torch local training and evaluation on an in-memory :class:`Dataset`.
 
+:func:`train_epochs` takes any :class:`TrainData` (inputs ``[N, ...]`` of any
+shape, integer labels ``[N]``): a bundled :class:`Dataset` or an app's own
+tensors (the simulated clients' ``data.clients``).
+
 Batches are taken by indexing the dataset's tensors with slices of a
 ``randperm``: for the small models used in FL simulations this is several times
 faster on CPU than a ``DataLoader`` (no per-item collation, no workers).
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +27,26 @@ from torch import nn
 from fedplat.data.datasets import Dataset
 
 OPTIMIZERS = ("sgd", "adam")
+
+
+class TrainData(Protocol):
+    """What :func:`train_epochs` reads: ``x [N, ...]`` inputs, ``y`` int64 ``[N]``
+    labels, a name for messages, and the number of classes when known (``None``:
+    the model's output width is taken as it is)."""
+
+    @property
+    def x(self) -> torch.Tensor: ...
+
+    @property
+    def y(self) -> torch.Tensor: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def num_classes(self) -> int | None: ...
+
+    def __len__(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -72,11 +97,16 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _check_logits(logits: torch.Tensor, batch: int, num_classes: int) -> None:
-    if logits.shape != (batch, num_classes):
+def _check_logits(logits: torch.Tensor, batch: int, num_classes: int | None) -> None:
+    width = num_classes if num_classes is not None else "C"
+    if (
+        logits.dim() != 2
+        or logits.shape[0] != batch
+        or (num_classes is not None and logits.shape[1] != num_classes)
+    ):
         raise ValueError(
             f"model output has shape {tuple(logits.shape)}, expected logits "
-            f"[{batch}, {num_classes}] (does the model match the dataset?)"
+            f"[{batch}, {width}] (does the model match the dataset?)"
         )
 
 
@@ -114,7 +144,7 @@ def make_optimizer(
 
 def train_epochs(
     model: nn.Module,
-    data: Dataset,
+    data: TrainData,
     epochs: int = 1,
     batch_size: int = 32,
     lr: float = 0.01,
@@ -133,9 +163,11 @@ def train_epochs(
     Parameters
     ----------
     model : nn.Module
-        Maps ``float32 [B, C, H, W]`` to logits ``[B, data.num_classes]``.
-    data : Dataset
-        Non-empty; ``x`` ``[N, C, H, W]``, ``y`` ``[N]``.
+        Maps a batch of ``data.x`` ``[B, ...]`` to logits ``[B, C]``
+        (``C = data.num_classes`` when that is known).
+    data : TrainData
+        Non-empty; ``x`` ``[N, ...]`` (``[N, C, H, W]`` for a bundled
+        :class:`Dataset`), ``y`` ``[N]``.
     epochs : int
         Passes over the data, ``>= 1``.
     batch_size : int
@@ -188,7 +220,7 @@ def train_epochs(
 
 
 def _check_train_args(
-    data: Dataset, epochs: int, batch_size: int, max_steps: int | None
+    data: TrainData, epochs: int, batch_size: int, max_steps: int | None
 ) -> None:
     if len(data) == 0:
         raise ValueError(f"cannot train on an empty dataset ({data.name!r})")
@@ -203,7 +235,7 @@ def _check_train_args(
 def _step(
     model: nn.Module,
     opt: torch.optim.Optimizer,
-    data: Dataset,
+    data: TrainData,
     idx: torch.Tensor,
     device: torch.device,
 ) -> torch.Tensor:

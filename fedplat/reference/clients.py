@@ -64,8 +64,9 @@ class ReferenceParts:
 def train_reference(
     model: torch.nn.Module, data: Any, config: Mapping[str, Any]
 ) -> FitResult:
-    """Train ``model`` in place on ``data`` (a :class:`fedplat.data.Dataset`) with
-    the round's training settings."""
+    """Train ``model`` in place on ``data`` (a :class:`fedplat.data.Dataset`, or
+    any :class:`fedplat.models.training.TrainData`) with the round's training
+    settings."""
     from fedplat.models.training import train_epochs
 
     res = train_epochs(

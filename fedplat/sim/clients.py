@@ -1,15 +1,20 @@
 """Reference clients for simulations, cheap enough for tens of thousands.
 
 :class:`ReferencePopulation` builds client ``i`` of ``N``: partition ``i`` of a
-bundled dataset, trained with the reference train function, under the run's
-model. Two things keep a client that is never selected nearly free:
+bundled dataset, or the app's data for client ``i`` when the run names a
+``data.clients`` plug-in (:mod:`fedplat.sim.client_data`), trained with the
+reference train function, under the run's model. Two things keep a client that
+is never selected nearly free:
 
 - **One model per process.** Clients of one process (the in-process simulator,
   or one Ray host) train one at a time, and the SDK loads the global model into
   the model before every round, so they share a single model object.
 - **Data on first use.** A client knows its example count from the partition's
   indices (computed once for all clients) and copies its share of the train split
-  only when it first trains.
+  only when it first trains. An app's ``data.clients`` function is called when
+  the client is built: its example count is declared at enrolment (the
+  coordinator's weight bound reads it), so the app decides what a client's data
+  costs to hold (views of one table, as examples/tabular's, cost little).
 
 What stays per client: its :class:`~fedplat.client.Client` (identity key,
 session, uplink state) and, once it has trained, one model-sized vector and its
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -31,21 +37,21 @@ from fedplat.reference.clients import (
     reference_data,
     train_reference,
 )
-from fedplat.server.config import RunConfig, parse_config
+from fedplat.server.config import ConfigError, RunConfig, parse_config
+from fedplat.sim.client_data import check_simulation, load_client_data
 from fedplat.transport.base import Connection
 
 
 class _LazyShare:
-    """One client's data share, copied from the train split on first use."""
+    """One client's data, loaded by ``load()`` when it first trains."""
 
-    def __init__(self, population: ReferencePopulation, spec: ReferenceSpec) -> None:
-        self.population = population
-        self.spec = spec
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load
         self.data: Any = None
 
     def train(self, model: torch.nn.Module, config: Mapping[str, Any]) -> FitResult:
         if self.data is None:
-            self.data = reference_data(self.spec, self.population.train_split())
+            self.data = self.load()
         return train_reference(model, self.data, config)
 
 
@@ -56,7 +62,8 @@ class ReferencePopulation:
 
     ``partition`` and ``partition_params`` split the dataset (``fedplat list
     partitioners``); ``label_flip`` lists clients that train on flipped labels
-    (evaluation only).
+    (evaluation only). Both apply to the bundled dataset only: with
+    ``data.clients`` the app's function decides each client's data.
     """
 
     config: dict[str, Any]
@@ -92,6 +99,18 @@ class ReferencePopulation:
             label_flip=i in self.label_flip,
         )
 
+    def check(self) -> None:
+        """Refuse (one line of :class:`ConfigError`) a run these clients cannot
+        train; see :func:`fedplat.sim.client_data.check_simulation`."""
+        if self.cfg.data.clients is not None and (
+            self.partition != "iid" or self.partition_params or self.label_flip
+        ):
+            raise ConfigError(
+                f"data.clients {self.cfg.data.clients!r} gives each client its "
+                "data; --partition and label flips apply to the bundled dataset"
+            )
+        check_simulation(self.cfg, self.num_clients)
+
     def model(self) -> torch.nn.Module:
         """The model every client of this process trains (built once)."""
         if self._model is None:
@@ -111,19 +130,28 @@ class ReferencePopulation:
         self, i: int, factory: Callable[[], Connection], **client_kw: Any
     ) -> Client:
         """Client ``i`` (named ``sim-i``) connected through ``factory``."""
-        spec = self.spec(i)
-        share = _LazyShare(self, spec)
+        if self.cfg.data.clients is not None:
+            data = load_client_data(self.cfg, i, self.num_clients)
+            share = _LazyShare(lambda: data)
+            examples = len(data)
+        else:
+            spec = self.spec(i)
+            share = _LazyShare(partial(self._reference_data, spec))
+            examples = len(partition_indices(spec))
         return Client(
             None,
             self.model(),
             share.train,
-            num_examples=len(partition_indices(spec)),
+            num_examples=examples,
             name=f"sim-{i}",
             connection_factory=factory,
             **client_kw,
         )
 
     __call__ = build
+
+    def _reference_data(self, spec: ReferenceSpec) -> Any:
+        return reference_data(spec, self.train_split())
 
     def __getstate__(self) -> dict[str, Any]:
         # Shipped to other processes as its settings; each builds its own model.

@@ -17,11 +17,14 @@ passing are supplied by the simulator instead:
 
 Each round the selected clients (and only they) are stepped once: one task
 poll, the download, local training and the signed upload, through whichever
-transport the backend uses (in-memory, or Ray).
+transport the backend uses (in-memory, or Ray). A simulation that crashes
+(enrolment, a client's training, the round loop) marks its run ``failed`` in
+the store with the reason, as a deployed coordinator does (:func:`fail_run`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +39,8 @@ from fedplat.server.recorder import Recorder
 from fedplat.server.registry import PeerIdentity
 from fedplat.server.round import Round
 from fedplat.store import Store
+
+log = logging.getLogger("fedplat.sim")
 
 #: Virtual seconds a round lasts (its deadline never passes on the virtual clock).
 ROUND_SECONDS = 1.0
@@ -122,6 +127,23 @@ class SimulationResult:
         return done[-1] if done else None
 
 
+def fail_run(coord: Coordinator, error: BaseException | str) -> str:
+    """Mark ``coord``'s run failed after ``error`` (an exception, or its
+    ``"Type: message"`` from another process) stopped the simulation, unless the
+    run already ended, through the closer a deployed coordinator's crashed
+    driver uses; returns the reason stored."""
+    if isinstance(error, BaseException):
+        error = f"{type(error).__name__}: {error}"
+    reason = f"the simulation crashed: {' '.join(error.split())}"
+    try:
+        if coord.run_record.status not in ("completed", "failed"):
+            coord.driver.closer.give_up(reason)
+            coord.board.finish()
+    except Exception:
+        log.exception("could not record the crash in the store")
+    return reason
+
+
 def step_client(client: Client) -> None:
     """One poll of a selected client (its task, training and upload); a session
     that expired on the virtual clock is renewed by enrolling again."""
@@ -185,5 +207,6 @@ __all__ = [
     "VirtualClock",
     "VirtualCoordinator",
     "drive",
+    "fail_run",
     "step_client",
 ]

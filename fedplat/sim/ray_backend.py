@@ -16,15 +16,21 @@ Every client enrols once (token, signed challenge). In a round the coordinator
 host sends each host the task of its selected clients only; the host steps them
 one by one (download, train, signed upload), so a client that is not selected
 costs nothing. Only bytes cross process boundaries (see
-:mod:`fedplat.sim.ray_wire`). A Ray cluster is a trusted environment (Ray's own
-control plane unpickles what its members send): run it on a private network.
+:mod:`fedplat.sim.ray_wire`); the run's plug-ins (``model.factory``,
+``data.eval``, ``data.clients``) travel as the import paths of its settings, and
+every actor first puts ``import_paths`` (the app's folder) on its ``sys.path``.
+A crash marks the run ``failed`` in the store. A Ray cluster is a trusted
+environment (Ray's own control plane unpickles what its members send): run it on
+a private network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import resource
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,12 +40,33 @@ from typing import Any
 
 from fedplat.server.config import RunConfig, parse_config
 from fedplat.server.coordinator import RoundOutcome
-from fedplat.sim.engine import SimulationResult, VirtualCoordinator, drive, step_client
+from fedplat.sim.engine import (
+    SimulationResult,
+    VirtualCoordinator,
+    drive,
+    fail_run,
+    step_client,
+)
 from fedplat.sim.ray_wire import CoordinatorEndpoint, RayConnection, Reply
 from fedplat.store import Store
 
 #: Client builder shipped to every host: ``build(i, connection_factory)``.
 Builder = Callable[[int, Callable[[], Any]], Any]
+
+
+def importable(paths: Sequence[str]) -> None:
+    """Put ``paths`` first on this process's ``sys.path`` (the app's folder, so
+    the run's ``"app:fn"`` plug-ins import in every actor)."""
+    for path in reversed(paths):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` of an error, unwrapped from Ray's task error."""
+    cause = getattr(exc, "cause", None)
+    err = cause if isinstance(cause, BaseException) else exc
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
 
 
 def peak_rss_mb() -> float:
@@ -50,9 +77,10 @@ def peak_rss_mb() -> float:
 class CoordinatorHost:
     """The coordinator's actor (see the module docstring)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], paths: Sequence[str] = ()) -> None:
         import ray
 
+        importable(paths)
         self.cfg = parse_config(config, "the simulation's run")
         self.store = Store(self.cfg.store.url)
         self.coord = VirtualCoordinator(self.cfg, self.store)
@@ -109,9 +137,16 @@ class CoordinatorHost:
 
         try:
             drive(self.coord, step_selected, record)
+        except BaseException as exc:  # the run must be marked, whatever happened
+            fail_run(self.coord, _one_line(exc))
+            raise
         finally:
             self.coord.ctx.recorder.flush()
         return self.outcomes
+
+    def fail(self, error: str) -> str:
+        """Mark the run failed (an error outside the round loop, e.g. enrolment)."""
+        return fail_run(self.coord, error)
 
     def progress(self, seen: int) -> list[dict[str, Any]]:
         return self.outcomes[seen:]
@@ -126,9 +161,12 @@ class CoordinatorHost:
 class ClientHost:
     """A share of the virtual clients (see the module docstring)."""
 
-    def __init__(self, coordinator: Any, build: Builder) -> None:
+    def __init__(
+        self, coordinator: Any, build: Builder, paths: Sequence[str] = ()
+    ) -> None:
         import ray
 
+        importable(paths)
         self.build = build
         self.clients: dict[str, Any] = {}
 
@@ -192,10 +230,12 @@ def simulate_ray(
     hosts: int | None = None,
     on_round: Callable[[RoundOutcome], None] | None = None,
     poll_seconds: float = 0.5,
+    import_paths: Sequence[str] = (),
 ) -> RaySimulation:
     """Run ``cfg`` with ``num_clients`` clients on the connected Ray cluster
     (``ray.init`` first). ``build`` is pickled to every host (e.g. a
-    :class:`fedplat.sim.clients.ReferencePopulation`)."""
+    :class:`fedplat.sim.clients.ReferencePopulation`); ``import_paths`` go first
+    on every actor's ``sys.path`` (absolute paths, valid on every node)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -209,11 +249,11 @@ def simulate_ray(
     coord: Any = (
         ray.remote(CoordinatorHost)
         .options(num_cpus=0, max_concurrency=n_hosts + 4, scheduling_strategy=here)
-        .remote(cfg.model_dump(mode="json"))
+        .remote(cfg.model_dump(mode="json"), list(import_paths))
     )
     workers: list[Any] = [
-        ray.remote(ClientHost).options(num_cpus=1).remote(coord, build)
-        for _ in range(n_hosts)
+        ray.remote(ClientHost).options(num_cpus=1).remote(coord, build, paths)
+        for paths in [list(import_paths)] * n_hosts
     ]
     try:
         t0 = time.perf_counter()
@@ -234,6 +274,9 @@ def simulate_ray(
         rss = ray.get([a.peak_rss_mb.remote() for a in (coord, *workers)])
         run_id = ray.get(coord.run_id.remote())
         ray.get(coord.close.remote())
+    except BaseException as exc:
+        _mark_failed(coord, exc)
+        raise
     finally:
         for a in (*workers, coord):
             ray.kill(a)
@@ -246,6 +289,16 @@ def simulate_ray(
         t1 - t0,
         t2 - t1,
     )
+
+
+def _mark_failed(coord: Any, exc: BaseException) -> None:
+    """Mark the run failed on the coordinator host (a no-op when the round loop
+    already did, or the run ended); the coordinator host may itself be gone."""
+    import ray
+
+    # Nothing more to do if this fails: the original error propagates.
+    with contextlib.suppress(Exception):
+        ray.get(coord.fail.remote(_one_line(exc)), timeout=60)
 
 
 def _follow(
@@ -288,6 +341,7 @@ __all__ = [
     "ClientHost",
     "CoordinatorHost",
     "RaySimulation",
+    "importable",
     "local_ray",
     "peak_rss_mb",
     "simulate_ray",

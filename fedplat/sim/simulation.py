@@ -24,6 +24,7 @@ from fedplat.sim.engine import (
     VirtualClock,
     VirtualCoordinator,
     drive,
+    fail_run,
     step_client,
 )
 from fedplat.store import Store
@@ -60,7 +61,8 @@ def simulate(
     ``build_client(i, connection_factory)`` returns client ``i`` wired to the given
     in-memory connection factory; every client enrols before round 1 (cheap
     builders such as :class:`fedplat.sim.clients.ReferencePopulation` share one
-    model and load a client's data only when it first trains).
+    model and load a client's data only when it first trains). An error on the
+    way marks the run ``failed`` in the store, then propagates.
     """
     own_store = store is None
     store = store or Store(cfg.store.url)
@@ -69,9 +71,9 @@ def simulate(
     def factory() -> InMemoryConnection:
         return InMemoryConnection(coord)
 
-    clients = [build_client(i, factory) for i in range(num_clients)]
-    admit(store, cfg, clients)
     try:
+        clients = [build_client(i, factory) for i in range(num_clients)]
+        admit(store, cfg, clients)
         for c in clients:
             c.enroll()
         by_id = {c.client_id: c for c in clients}
@@ -81,6 +83,9 @@ def simulate(
                 step_client(by_id[cid])
 
         outcomes = drive(coord, step_selected, on_round)
+    except BaseException as exc:  # the run must be marked, whatever happened
+        fail_run(coord, exc)
+        raise
     finally:
         coord.ctx.recorder.flush()
         if own_store:
