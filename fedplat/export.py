@@ -52,10 +52,22 @@ class ExportResult:
 
 
 def pick_round(
-    store: Store, run: RunRecord, *, number: int | None = None, best: bool = False
+    store: Store,
+    run: RunRecord,
+    *,
+    number: int | None = None,
+    best: bool = False,
+    metric: str | None = None,
+    lowest: bool | None = None,
 ) -> RoundRecord:
-    """The completed round to export: ``number``, the best evaluated one (highest
-    accuracy, or lowest loss where no accuracy was measured), or the last one."""
+    """The completed round to export: ``number``, the best evaluated one, or the
+    last one.
+
+    "Best" is :func:`fedplat.best.best_round`'s: by ``metric`` (any metric a
+    completed round has; highest wins unless ``lowest`` or the name says less is
+    better), or without one the highest accuracy, else the lowest loss. A
+    ``metric`` the run never recorded raises naming those it has.
+    """
     done = [r for r in store.list_rounds(run.id) if r.status == "completed"]
     if not done:
         raise ExportError(f"run {run.name!r} has no completed round")
@@ -69,9 +81,16 @@ def pick_round(
         )
     if not best:
         return done[-1]
-    from fedplat.summary import best_round
+    from fedplat.best import best_round, round_metric_names
 
-    found = best_round(done)
+    metrics = store.list_metrics(run.id) if metric is not None else []
+    if metric is not None and metric not in round_metric_names(done, metrics):
+        known = ", ".join(round_metric_names(done, metrics)) or "none"
+        raise ExportError(
+            f"run {run.name!r} has no metric {metric!r} in a completed round; "
+            f"it has: {known}"
+        )
+    found = best_round(done, metrics, metric=metric, lowest=lowest)
     if found is None:
         raise ExportError(f"run {run.name!r} has no evaluated round to call best")
     return found
@@ -154,14 +173,17 @@ def export_model(
     *,
     number: int | None = None,
     best: bool = False,
+    metric: str | None = None,
+    lowest: bool | None = None,
 ) -> ExportResult:
-    """Write run ``run_ref``'s model (name or id) to ``out`` in format ``fmt``."""
+    """Write run ``run_ref``'s model (name or id) to ``out`` in format ``fmt``
+    (which round: see :func:`pick_round`)."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     run = store.get_run(run_ref) or store.get_run_by_name(run_ref)
     if run is None:
         raise ExportError(f"no run named or with id {run_ref!r}")
-    rec = pick_round(store, run, number=number, best=best)
+    rec = pick_round(store, run, number=number, best=best, metric=metric, lowest=lowest)
     state, layout = checkpoint_state(run, rec)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

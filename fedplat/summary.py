@@ -16,14 +16,14 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from fedplat.best import best_round
 from fedplat.store import (
     ContributionRecord,
     MetricRecord,
-    RoundRecord,
     Store,
     StoreError,
     Verdict,
@@ -113,17 +113,6 @@ def format_bytes(n: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
-
-
-def best_round(rounds: Iterable[RoundRecord]) -> RoundRecord | None:
-    """The best evaluated completed round: highest accuracy (the earliest of
-    equals), or lowest loss where no accuracy was measured."""
-    done = [r for r in rounds if r.status == "completed"]
-    with_acc = [r for r in done if r.accuracy is not None]
-    if with_acc:
-        return max(with_acc, key=lambda r: r.accuracy or 0.0)
-    with_loss = [r for r in done if r.loss is not None]
-    return min(with_loss, key=lambda r: r.loss or 0.0) if with_loss else None
 
 
 # --------------------------------------------------------------------------- #
@@ -412,7 +401,6 @@ __all__ = [
     "LedgerProblemRow",
     "LedgerState",
     "RunSummary",
-    "best_round",
     "export_command",
     "flag_labels",
     "format_bytes",

@@ -21,6 +21,26 @@ REFRESH_ENV = "FEDPLAT_MONITOR_REFRESH"
 PASSWORD_FILE_ENV = "FEDPLAT_MONITOR_PASSWORD_FILE"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite store URL (or bare path) names; ``None`` for other
+    databases and in-memory or ``file:`` URIs. Raises if the URL does not parse.
+
+    Not the store's ``resolve_url``: that creates missing parent directories, and
+    a read-only monitor pointed at a mistyped path must not leave folders behind.
+    """
+    if "://" not in url:
+        return Path(url).expanduser()
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
 def display_url(url: str) -> str:
     """The store URL with any password masked, for logs and the sidebar."""
     if "://" not in url:  # a SQLite path holds no secret
@@ -33,4 +53,11 @@ def display_url(url: str) -> str:
         return "<unparsable URL>"
 
 
-__all__ = ["APP_PATH", "DB_ENV", "PASSWORD_FILE_ENV", "REFRESH_ENV", "display_url"]
+__all__ = [
+    "APP_PATH",
+    "DB_ENV",
+    "PASSWORD_FILE_ENV",
+    "REFRESH_ENV",
+    "display_url",
+    "sqlite_file",
+]

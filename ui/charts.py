@@ -197,6 +197,36 @@ def metric_chart(series: pd.DataFrame, *, title: str, y_title: str) -> alt.Chart
     )
 
 
+def metrics_chart(
+    long: pd.DataFrame, *, independent: bool = False
+) -> alt.Chart | alt.FacetChart:
+    """One line per metric over the rounds (``long``: ``round, metric, value``,
+    :func:`fedplat.ui.recorded.metrics_long`), coloured by metric.
+
+    The y axis is fitted to the values (AUC and F1 between 0.9 and 1 are not
+    flat lines at the top of a 0-1 axis); ``independent`` gives each metric a
+    panel of its own, for metrics of different scales (AUC beside seconds).
+    """
+    base = alt.Chart(long).mark_line(point=alt.OverlayMarkDef(size=40, filled=True))
+    encoded = base.encode(
+        x=_round_x(),
+        y=alt.Y("value:Q", title="value", scale=alt.Scale(zero=False)),
+        color=alt.Color("metric:N", legend=alt.Legend(title="metric", orient="right")),
+        tooltip=[
+            alt.Tooltip("round:Q", format="d"),
+            alt.Tooltip("metric:N"),
+            alt.Tooltip("value:Q", format=".6~g"),
+        ],
+    )
+    if not independent:
+        return encoded.properties(title="Recorded metrics per round", height=260)
+    return (
+        encoded.properties(height=140)
+        .facet(row=alt.Row("metric:N", title=None), title="Recorded metrics per round")
+        .resolve_scale(y="independent")
+    )
+
+
 def contribution_bar(board: pd.DataFrame, column: str, title: str) -> alt.Chart:
     """Horizontal bars of one leaderboard column, best first."""
     data = board.dropna(subset=[column])

@@ -15,15 +15,22 @@ import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
-from fedplat.ui import DB_ENV, REFRESH_ENV, data, display_url, ledger, status
+from fedplat.ui import (
+    DB_ENV,
+    REFRESH_ENV,
+    data,
+    display_url,
+    ledger,
+    recorded,
+    sqlite_file,
+    status,
+)
 from fedplat.ui.clients import CLIENT_COLUMNS, clients_frame
 from fedplat.ui.markup import clean, code, plain
-from sqlalchemy.engine import make_url
 
 from fedplat.store import (
     ClientRecord,
@@ -78,20 +85,6 @@ def open_store(url: str) -> Store:
     return Store(url, migrate=False)
 
 
-def _sqlite_file(url: str) -> Path | None:
-    # Not resolve_url: it creates missing parent directories, and a read-only
-    # monitor pointed at a mistyped path must not leave folders behind.
-    if "://" not in url:
-        return Path(url).expanduser()
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        return None
-    return Path(database)
-
-
 def store_or_stop() -> str:
     """Check the configured store is readable and return its URL.
 
@@ -110,7 +103,7 @@ def store_or_stop() -> str:
         st.stop()
     assert url is not None  # st.stop() does not return
     try:
-        path = _sqlite_file(url)
+        path = sqlite_file(url)
     except Exception as exc:
         # Neither the URL nor the parser's message (which quotes it): a URL that
         # does not parse may still hold a password.
@@ -157,6 +150,16 @@ def store_or_stop() -> str:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_runs(url: str) -> pd.DataFrame:
     return data.runs_frame(open_store(url))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_rank_names(url: str) -> list[str]:
+    return recorded.rank_metric_names(open_store(url))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_best(url: str, metric: str, lowest: bool) -> pd.DataFrame:
+    return recorded.best_by_run(open_store(url), metric, lowest)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -279,23 +282,93 @@ def refresh_every() -> float | None:
     return REFRESH_S if st.session_state.get(LIVE_KEY, True) else None
 
 
-def live(body: Callable[[], None]) -> None:
+def live(body: Callable[[], None], *, ended: Callable[[], bool] | None = None) -> None:
     """Run ``body`` as a fragment that re-runs on its own every refresh period,
-    so a live panel updates without re-running (and resetting) the whole page."""
-    st.fragment(body, run_every=refresh_every())()
+    so a live panel updates without re-running (and resetting) the whole page.
+
+    ``ended`` says whether what the panel shows can still change (a completed or
+    failed run cannot): then it is drawn once, not re-run, since every re-run
+    greys the panel out for a moment. A panel that sees it end while refreshing
+    re-runs the page once, which stops its timer.
+    """
+    if ended is not None and ended():
+        st.fragment(body)()
+        return
+
+    def watched() -> None:
+        body()
+        if ended is not None and ended():
+            st.rerun()
+
+    st.fragment(watched, run_every=refresh_every())()
 
 
-def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
+def run_ended(url: str, run_id: str) -> bool:
+    """Whether the run is over (completed, failed or gone): nothing to refresh.
+    An interrupted run is not: its coordinator may be restarted."""
+    try:
+        view = load_run_view(url, run_id)
+    except StoreError:
+        return False  # the panel says what is wrong, and retries
+    return view is None or view.ended
+
+
+def _page_of(mode: str) -> str:
+    return "views/gossip.py" if mode == "gossip" else "views/run.py"
+
+
+def _resolve(wanted: str, runs: pd.DataFrame) -> str | None:
+    """The id of the run ``wanted`` names (an id, else a name) in ``runs``."""
+    if wanted in set(runs["run_id"]):
+        return wanted
+    named = runs[runs["name"] == wanted]
+    return str(named["run_id"].iloc[0]) if not named.empty else None
+
+
+def _not_here(wanted: str, everything: pd.DataFrame | None, label: str) -> None:
+    """Say that ``?run=`` names no run of this page, and where it is if elsewhere."""
+    found = _resolve(wanted, everything) if everything is not None else None
+    if found is None:
+        st.warning(
+            f"No run with the id or name {code(wanted)} in this store. "
+            f"Choose one under {plain(label)} in the sidebar."
+        )
+        return
+    assert everything is not None
+    row = everything.set_index("run_id").loc[found]
+    st.warning(
+        f"Run {code(row['name'])} is a {plain(row['mode'])} run: it is shown on "
+        f"another page. Choose a run under {plain(label)} in the sidebar, or:"
+    )
+    st.page_link(
+        _page_of(str(row["mode"])),
+        label=f"Open {code(row['name'])}",
+        query_params={"run": found},
+    )
+
+
+def pick_run(
+    runs: pd.DataFrame, *, label: str = "Run", everything: pd.DataFrame | None = None
+) -> str:
     """A run picker in the sidebar; the choice survives page switches and is
     mirrored in the ``?run=`` query parameter so a page can be linked to.
 
-    ``runs`` (``data.runs_frame`` rows, already narrowed to the page's kind of
-    run) must be non-empty (callers show their empty state first).
+    ``?run=`` takes a run's id or its name (names are unique in a store). One
+    that names no run of ``runs`` (``data.runs_frame`` rows, already narrowed to
+    the page's kind of run, non-empty: callers show their empty state first)
+    stops the page with a message, saying where the run is if ``everything``
+    (all runs) has it: a link must never open another run than it names.
     """
     ids = list(runs["run_id"])
     by_id = runs.set_index("run_id")
-    wanted = st.query_params.get("run") or st.session_state.get(RUN_KEY)
-    index = ids.index(wanted) if wanted in ids else 0
+    asked = st.query_params.get("run")
+    index: int | None
+    if asked:
+        found = _resolve(asked, runs)
+        index = ids.index(found) if found is not None else None
+    else:
+        remembered = st.session_state.get(RUN_KEY)
+        index = ids.index(remembered) if remembered in ids else 0
 
     def _label(run_id: str) -> str:
         # Names only: the sidebar is drawn when the page loads, not on the live
@@ -304,10 +377,15 @@ def pick_run(runs: pd.DataFrame, *, label: str = "Run") -> str:
         # Select box options are drawn as text, not Markdown.
         return clean(by_id.loc[run_id, "name"])
 
-    choice = st.sidebar.selectbox(label, ids, index=index, format_func=_label)
+    choice = st.sidebar.selectbox(
+        label, ids, index=index, format_func=_label, placeholder="Choose a run"
+    )
+    if choice is None:
+        _not_here(str(asked), everything, label)
+        st.stop()
     run_id = str(choice)
     st.session_state[RUN_KEY] = run_id
-    if st.query_params.get("run") != run_id:
+    if asked not in (run_id, by_id.loc[run_id, "name"]):
         st.query_params["run"] = run_id
     return run_id
 
@@ -339,12 +417,14 @@ def federated_runs(url: str) -> pd.DataFrame | None:
 CHART_MARGIN_PX = 90
 
 
-def show(chart: alt.Chart | alt.LayerChart | alt.ConcatChart) -> None:
+def show(
+    chart: alt.Chart | alt.LayerChart | alt.ConcatChart | alt.FacetChart,
+) -> None:
     """Draw an Altair chart at the full width and its declared height."""
     height = getattr(chart, "height", None)
     if isinstance(height, int):
         st.altair_chart(chart, width="stretch", height=height + CHART_MARGIN_PX)
-    else:  # compound charts (concat) size their panels themselves
+    else:  # compound charts (concat, facet) size their panels themselves
         st.altair_chart(chart)
 
 
@@ -373,6 +453,7 @@ __all__ = [
     "fail_softly",
     "federated_runs",
     "live",
+    "load_best",
     "load_client_records",
     "load_clients",
     "load_contributions",
@@ -381,6 +462,7 @@ __all__ = [
     "load_ledger",
     "load_metrics",
     "load_participations",
+    "load_rank_names",
     "load_rounds",
     "load_run",
     "load_run_view",
@@ -390,6 +472,7 @@ __all__ = [
     "pick_run",
     "refresh_every",
     "run_badge",
+    "run_ended",
     "run_title",
     "show",
     "sidebar_settings",

@@ -45,6 +45,11 @@ CLIENT_STATES: tuple[ClientState, ...] = get_args(ClientState)
 
 #: A heartbeat older than this means the coordinator no longer runs: ten missed
 #: beats, so a store briefly busy with a large round's write is not a death.
+#: Not derived from the run's config: ``deadlines.liveness_seconds`` measures
+#: clients' silence, and nothing in a run file bounds how long the recorder's
+#: beat can wait behind a round's closing transaction (the beat's period is the
+#: store's fixed constant), so no run setting would allow a shorter wait without
+#: painting a busy coordinator "interrupted".
 STALE_AFTER_SECONDS = 10 * HEARTBEAT_SECONDS
 #: A client heard within this many seconds is active. A connected client waiting
 #: for a task is heard at least every 5 s (the coordinator touches long polls

@@ -14,6 +14,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from fedplat.export import ExportError, export_model
     from fedplat.store import Store, StoreError
 
+    if (args.metric is not None or args.lowest) and not args.best:
+        raise CliError("--metric and --lowest choose the best round: add --best")
     add_import_paths(args.app_dir)
     if "://" not in args.db and not Path(args.db).is_file():
         raise CliError(f"no store at {args.db}")
@@ -26,6 +28,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 args.out,
                 number=args.round,
                 best=args.best,
+                metric=args.metric,
+                lowest=True if args.lowest else None,
             )
     except (ExportError, StoreError) as exc:
         raise CliError(str(exc)) from None
@@ -55,7 +59,20 @@ def register(sub: Any) -> None:
     which.add_argument(
         "--best",
         action="store_true",
-        help="export the best evaluated round (highest accuracy, else lowest loss)",
+        help="export the best evaluated round (highest accuracy, else lowest "
+        "loss; or by --metric)",
+    )
+    e.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="with --best: the metric that decides, e.g. eval.auc or "
+        "eval.sensitivity (any the run recorded per round; the highest value "
+        "wins, the lowest for names ending in loss, mae, mse or rmse)",
+    )
+    e.add_argument(
+        "--lowest",
+        action="store_true",
+        help="with --best: the lowest value of the metric wins",
     )
     e.add_argument(
         "--format",

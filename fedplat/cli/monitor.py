@@ -196,6 +196,26 @@ def streamlit_command(args: argparse.Namespace, app: Path) -> list[str]:
     return cmd
 
 
+def _store_problem(db: str) -> str | None:
+    """Why ``db`` cannot be a store to watch, or ``None``: a SQLite file that does
+    not exist (the page would only say so, and opening it would create an empty
+    one). Server databases are not reached here: the page reports them."""
+    from fedplat.ui import DB_ENV, sqlite_file
+
+    try:
+        path = sqlite_file(db)
+    except Exception as exc:
+        # Not the URL, nor the parser's message quoting it: it may hold a password.
+        name = type(exc).__name__
+        return f"cannot parse the database URL ({name}); check --db or ${DB_ENV}"
+    if path is not None and not path.is_file():
+        return (
+            f"no store at {path}: the coordinator creates it when it starts "
+            "(check the path given to --db)"
+        )
+    return None
+
+
 def _print_hash() -> int:
     from fedplat.ui.auth import hash_password
 
@@ -234,6 +254,10 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     db = args.db or os.environ.get(DB_ENV)
     if not db:
         print(f"fedplat: give --db URL or set {DB_ENV}", file=sys.stderr)
+        return 2
+    problem = _store_problem(db)
+    if problem is not None:
+        print(f"fedplat: {problem}", file=sys.stderr)
         return 2
     password = _password_file(args)
     if not check_bind(args.address, password is not None, args.insecure_no_login):

@@ -57,6 +57,9 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakePopen]:
     # cmd_monitor forwards SIGTERM/SIGINT to the server: not pytest's handlers.
     monkeypatch.setattr(monitor.signal, "signal", lambda *a: None)
     monkeypatch.delenv(PASSWORD_FILE_ENV, raising=False)
+    # The tests name the store "x.db": it must exist (a missing one is refused).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.db").touch()
     return FakePopen
 
 
@@ -188,6 +191,47 @@ def test_options_an_older_streamlit_lacks_are_left_out_and_named(
     assert opts["server.enableXsrfProtection"] == ["true"]
     err = capsys.readouterr().err
     assert "lacks server.enableAgentApi, server.allowedHosts" in err
+
+
+@pytest.mark.parametrize("form", ["path", "url"])
+def test_a_missing_sqlite_store_is_refused_at_the_cli(
+    fake: type[FakePopen],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    form: str,
+) -> None:
+    missing = tmp_path / "nowhere" / "missing.db"
+    db = str(missing) if form == "path" else f"sqlite:///{missing}"
+    assert main(["monitor", "--db", db]) == 2
+    assert not fake.started
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no store at {missing}" in err
+    assert not missing.parent.exists()  # nothing created on the way
+
+
+def test_a_missing_store_from_the_environment_is_refused_too(
+    fake: type[FakePopen],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fedplat.ui import DB_ENV
+
+    monkeypatch.setenv(DB_ENV, "missing.db")
+    assert main(["monitor"]) == 2
+    assert not fake.started
+    assert "no store at missing.db" in capsys.readouterr().err
+
+
+def test_a_server_database_is_not_checked_at_the_cli(
+    fake: type[FakePopen], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedplat.ui import DB_ENV
+
+    url = "postgresql://monitor:s3cret@db.invalid/fedplat"
+    assert main(["monitor", "--db", url]) == 0
+    (proc,) = fake.started
+    assert proc.env[DB_ENV] == url  # the page reports an unreachable server
+    assert "s3cret" not in capsys.readouterr().out  # the URL is shown masked
 
 
 def test_hash_password_prints_a_line_for_the_password_file(

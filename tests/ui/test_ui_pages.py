@@ -12,12 +12,10 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pytest
-from fedplat.ui import APP_PATH, DB_ENV
+from fedplat.ui import DB_ENV
 from streamlit.testing.v1 import AppTest
 
 from fedplat.store import Store, head_revision, migrate
@@ -28,6 +26,7 @@ from tests.support.ui_fixture import (
     keep_alive,
     shown,
 )
+from tests.support.ui_pages import chart_nodes, charts, metrics, open_page, texts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,74 +44,6 @@ def db(
     monkeypatch.setenv(DB_ENV, str(fixture_db[0]))
     keep_alive(*fixture_db)
     return fixture_db[1]
-
-
-def open_page(page: str | None = None, run: str | None = None) -> AppTest:
-    """Run the app, then switch to ``views/<page>.py`` with ``?run=<run>``."""
-    at = AppTest.from_file(str(APP_PATH), default_timeout=60)
-    at.run()
-    assert not at.exception, at.exception
-    if page is not None:
-        if run is not None:
-            at.query_params["run"] = run
-        at.switch_page(f"views/{page}.py").run()
-        assert not at.exception, at.exception
-    return at
-
-
-def _walk(node: Any, out: list[Any]) -> None:
-    if getattr(node, "type", None) == "vega_lite_chart":
-        out.append(node)
-    children = getattr(node, "children", None)
-    if isinstance(children, dict):
-        for child in children.values():
-            _walk(child, out)
-
-
-def _title(spec: Any) -> str | None:
-    """A chart's title; for compound charts, the first panel's."""
-    if not isinstance(spec, dict):
-        return None
-    title = spec.get("title")
-    if isinstance(title, dict):
-        title = title.get("text")
-    if title:
-        return str(title)
-    for key in ("concat", "layer", "hconcat", "vconcat"):
-        for panel in spec.get(key, []):
-            found = _title(panel)
-            if found:
-                return found
-    return None
-
-
-def _charts_nodes(at: AppTest) -> list[Any]:
-    found: list[Any] = []
-    _walk(at._tree, found)
-    return found
-
-
-def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
-    """Chart title -> the data frames Streamlit sends for it (one per dataset)."""
-    out: dict[str, list[pd.DataFrame]] = {}
-    for node in _charts_nodes(at):
-        spec = json.loads(node.proto.spec)
-        title = _title(spec)
-        frames = [
-            pa.ipc.open_stream(d.data.data).read_all().to_pandas()
-            for d in node.proto.datasets
-        ]
-        out[str(title)] = frames
-    return out
-
-
-def texts(elements: Any) -> str:
-    """The elements' Markdown as a reader sees it (client text is escaped)."""
-    return "\n".join(shown(str(e.value)) for e in elements)
-
-
-def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
 
 
 # --------------------------------------------------------------------------- #
@@ -308,13 +239,17 @@ def test_run_page_open_round_shows_the_heartbeat(db: dict[str, str]) -> None:
 
 def test_run_pages_list_only_coordinator_runs(db: dict[str, str]) -> None:
     for page in ("run", "clients", "contributions"):
-        # Even when asked for the gossip run, a coordinator run is shown.
+        # Asked for the gossip run, the page says where it is; no other run
+        # is shown in its place.
         at = open_page(page, db["gossip-ring"])
         names = at.selectbox[0].options
         assert sorted(names) == sorted(n for n in db if n != "gossip-ring")
-        assert at.selectbox[0].value != db["gossip-ring"]
+        assert at.selectbox[0].value is None
+        assert "is a gossip run" in texts(at.warning)
     at = open_page("gossip", db["digits-done"])
     assert at.selectbox[0].options == ["gossip-ring"]
+    assert at.selectbox[0].value is None
+    at = open_page("gossip")
     assert at.selectbox[0].value == db["gossip-ring"]
 
 
@@ -382,7 +317,7 @@ def test_accuracy_axis_toggle(db: dict[str, str]) -> None:
     def scale() -> object:
         (node,) = [
             n
-            for n in _charts_nodes(at)
+            for n in chart_nodes(at)
             if json.loads(n.proto.spec).get("title") == "Global accuracy"
         ]
         return json.loads(node.proto.spec)["encoding"]["y"]["scale"]
@@ -400,10 +335,11 @@ def test_run_picker_follows_the_query_parameter(db: dict[str, str]) -> None:
     assert metrics(at)["Current round"] == "3 / 3"
 
 
-def test_run_page_unknown_run_falls_back_to_newest(db: dict[str, str]) -> None:
+def test_run_page_unknown_run_shows_no_other_run(db: dict[str, str]) -> None:
     at = open_page("run", "no-such-run")
-    assert at.selectbox[0].value in db.values()
-    assert not at.error
+    assert at.selectbox[0].value is None
+    assert "No run with the id or name no-such-run" in texts(at.warning)
+    assert not at.error and not metrics(at)
 
 
 # --------------------------------------------------------------------------- #

@@ -138,13 +138,13 @@ def render() -> None:
     runs = common.federated_runs(url)
     if runs is None:
         return
-    run_id = common.pick_run(runs)
+    run_id = common.pick_run(runs, everything=common.load_runs(url))
     chosen = _filters()
 
     def panel() -> None:
         _panel(url, run_id, chosen)
 
-    common.live(panel)
+    common.live(panel, ended=lambda: common.run_ended(url, run_id))
 
 
 if __name__ == "__main__":

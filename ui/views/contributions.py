@@ -49,7 +49,7 @@ def render() -> None:
     runs = common.federated_runs(url)
     if runs is None:
         return
-    run_id = common.pick_run(runs)
+    run_id = common.pick_run(runs, everything=common.load_runs(url))
 
     def panel() -> None:
         try:
@@ -117,7 +117,7 @@ def render() -> None:
                     common.show(charts.score_over_rounds(per_round))
         _ledger(url, run_id)
 
-    common.live(panel)
+    common.live(panel, ended=lambda: common.run_ended(url, run_id))
 
 
 if __name__ == "__main__":

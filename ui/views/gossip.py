@@ -149,7 +149,7 @@ def render() -> None:
             "`fedplat gossip sim --scenario FILE` with a store)."
         )
         return
-    run_id = common.pick_run(gossip, label="Gossip run")
+    run_id = common.pick_run(gossip, label="Gossip run", everything=runs)
 
     def panel() -> None:
         try:
@@ -157,7 +157,7 @@ def render() -> None:
         except StoreError as exc:
             common.fail_softly(exc)
 
-    common.live(panel)
+    common.live(panel, ended=lambda: common.run_ended(url, run_id))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Run detail: state, progress, accuracy and loss, participants, traffic,
-compression, privacy spent and the aggregator's per-client verdicts, round by
-round; a summary once the run has ended."""
+compression, privacy spent, any other metric the run recorded (picked by the
+user) and the aggregator's per-client verdicts, round by round; a summary once
+the run has ended."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from fedplat.ui import charts, common, data, status
+from fedplat.ui import charts, common, data, recorded, status
 from fedplat.ui.markup import code, plain
 
 from fedplat.store import MetricRecord, RunRecord, StoreError
 from fedplat.summary import FLAGGED_VERDICTS, RunSummary, export_command, format_bytes
 
 FULL_SCALE_KEY = "fedplat_accuracy_full_scale"
+METRICS_KEY = "fedplat_metrics"
+SEPARATE_KEY = "fedplat_metrics_separate"
 
 
 def _describe(run: RunRecord) -> str:
@@ -282,6 +285,38 @@ def _charts(
         _privacy(metrics)
 
 
+def _recorded(metrics: Sequence[MetricRecord], run_id: str) -> None:
+    """Any round-level metrics the run recorded (AUC, F1, the app's own), picked
+    by the user; evaluation metrics other than accuracy and loss by default."""
+    st.subheader("Recorded metrics")
+    names = recorded.run_metric_names(metrics)
+    if not names:
+        st.info("This run has recorded no round-level metrics yet.")
+        return
+    # Keyed by run: another run's picks may name metrics this one lacks.
+    picked = st.multiselect(
+        "Metrics",
+        names,
+        default=recorded.default_metric_picks(names),
+        key=f"{METRICS_KEY}_{run_id}",
+        help="Every metric the coordinator recorded per round (the evaluation's "
+        "eval.*, compression, privacy, timings). Pick one or several.",
+    )
+    if not picked:
+        st.caption("Pick one or more metrics to draw them per round.")
+        return
+    separate = st.toggle(
+        "One panel per metric",
+        key=SEPARATE_KEY,
+        help="Each metric on its own y axis (for metrics of different scales).",
+    )
+    common.show(
+        charts.metrics_chart(
+            recorded.metrics_long(metrics, picked), independent=separate
+        )
+    )
+
+
 def _body(url: str, run_id: str) -> None:
     run = common.load_run(url, run_id)
     view = common.load_run_view(url, run_id)
@@ -308,6 +343,7 @@ def _body(url: str, run_id: str) -> None:
         return
 
     _charts(rounds, parts, metrics)
+    _recorded(metrics, run_id)
 
     st.subheader("Aggregator verdicts")
     if parts.empty:
@@ -330,7 +366,7 @@ def render() -> None:
     runs = common.federated_runs(url)
     if runs is None:
         return
-    run_id = common.pick_run(runs)
+    run_id = common.pick_run(runs, everything=common.load_runs(url))
 
     def panel() -> None:
         try:
@@ -338,7 +374,7 @@ def render() -> None:
         except StoreError as exc:
             common.fail_softly(exc)
 
-    common.live(panel)
+    common.live(panel, ended=lambda: common.run_ended(url, run_id))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Runs: every run in the store with status, progress, participants and accuracy."""
+"""Runs: every run in the store with status, progress and participants, ranked by
+the best value of a metric of the user's choice (accuracy by default)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,23 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from fedplat.ui import common
+from fedplat.ui import common, recorded
+from fedplat.ui.markup import clean, code, plain
 
+from fedplat.best import lower_is_better
 from fedplat.store import StoreError
 
+RANK_KEY = "fedplat_rank_by"
 COLUMN_ORDER = [
+    "rank",
     "name",
     "state_label",
     "mode",
     "progress",
     "participants",
     "clients",
+    "best_value",
+    "best_round",
     "best_accuracy",
     "started_at",
     "finished_at",
@@ -26,8 +33,26 @@ COLUMN_ORDER = [
 ]
 
 
-def _column_config() -> dict[str, Any]:
+def _best_column(metric: str) -> Any:
+    if metric == "accuracy":
+        return st.column_config.ProgressColumn(
+            "best accuracy", min_value=0.0, max_value=1.0, format="percent"
+        )
+    return st.column_config.NumberColumn(
+        f"best {clean(metric)}",
+        help=f"the best {plain(metric)} of the run's completed rounds",
+    )
+
+
+def _column_config(metric: str) -> dict[str, Any]:
     return {
+        "rank": st.column_config.NumberColumn(
+            "rank", help=f"by the best {plain(metric)} (runs without it come last)"
+        ),
+        "best_value": _best_column(metric),
+        "best_round": st.column_config.NumberColumn(
+            "round", help=f"the round of the best {plain(metric)}"
+        ),
         "name": st.column_config.TextColumn("run"),
         "state_label": st.column_config.TextColumn(
             "status",
@@ -77,9 +102,30 @@ def _counts(runs: pd.DataFrame) -> None:
     )
 
 
-def _panel(url: str) -> None:
+def _rank_by(url: str) -> str:
+    """The metric the runs are ranked by (accuracy unless the user picks one)."""
     try:
-        runs = common.load_runs(url)
+        names = common.load_rank_names(url)
+    except StoreError:
+        names = []  # the panel reports it
+    options = list(dict.fromkeys(["accuracy", *names]))
+    metric = st.selectbox(
+        "Rank by",
+        options,
+        key=RANK_KEY,
+        help="The best value of this metric in each run's completed rounds: "
+        "the highest, or the lowest for names ending in loss, mae, mse or rmse. "
+        "Any metric a run recorded per round is offered (eval.auc, eval.f1, ...).",
+    )
+    return str(metric or "accuracy")
+
+
+def _panel(url: str, metric: str) -> None:
+    lowest = lower_is_better(metric)
+    try:
+        runs = recorded.rank_runs(
+            common.load_runs(url), common.load_best(url, metric, lowest), lowest=lowest
+        )
     except StoreError as exc:
         common.fail_softly(exc)
         return
@@ -93,10 +139,18 @@ def _panel(url: str) -> None:
         on_select="rerun",
         selection_mode="single-row",
         key="runs_table",
-        column_order=COLUMN_ORDER,
-        column_config=_column_config(),
+        column_order=[
+            c
+            for c in COLUMN_ORDER
+            if not (c == "best_accuracy" and metric == "accuracy")
+        ],
+        column_config=_column_config(metric),
     )
-    st.caption("Select a row to open the run.")
+    order = "lowest" if lowest else "highest"
+    # Metric names are stored text: never Markdown.
+    st.caption(
+        f"Ranked by the {order} {code(metric)} reached. Select a row to open the run."
+    )
     rows = event.selection.rows if event is not None else []
     if rows:
         row = runs.iloc[rows[0]]
@@ -108,9 +162,10 @@ def _panel(url: str) -> None:
 def render() -> None:
     st.title("Runs")
     url = common.store_or_stop()
+    metric = _rank_by(url)
 
     def panel() -> None:
-        _panel(url)
+        _panel(url, metric)
 
     common.live(panel)
 
