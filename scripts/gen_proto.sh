@@ -20,8 +20,9 @@ if ! "$VENV/bin/python" -c "import grpc_tools" 2>/dev/null; then
 fi
 mkdir -p "$OUT"
 "$VENV/bin/python" -m grpc_tools.protoc -I"$SRC" --python_out="$OUT" --pyi_out="$OUT" \
-  --grpc_python_out="$OUT" "$SRC/common.proto" "$SRC/fedplat.proto" "$SRC/peer.proto"
+  --grpc_python_out="$OUT" "$SRC/common.proto" "$SRC/fedplat.proto" "$SRC/peer.proto" \
+  "$SRC/control.proto"
 rm -f "$OUT/common_pb2_grpc.py"  # common.proto declares no service
 # Generated modules import their siblings top-level; make them package imports.
-sed -i -E 's/^import (common|fedplat|peer)_pb2 as /from fedplat.proto import \1_pb2 as /' \
+sed -i -E 's/^import (common|fedplat|peer|control)_pb2 as /from fedplat.proto import \1_pb2 as /' \
   "$OUT"/*_pb2.py "$OUT"/*_pb2_grpc.py "$OUT"/*_pb2.pyi

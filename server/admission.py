@@ -37,7 +37,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from fedplat.server.config import RunConfig
-from fedplat.server.ratelimit import TokenBucket
 from fedplat.server.reads import TOKEN_PREFIX, AdmissionReads, token_hash
 
 from fedplat.protocol.errors import (
@@ -48,6 +47,7 @@ from fedplat.protocol.errors import (
     UnknownClient,
 )
 from fedplat.protocol.messages import Challenge, EnrollRequest
+from fedplat.transport.limits import TokenBucket
 
 # version, issuer (random per coordinator process), expiry (ms since the
 # epoch), random

@@ -78,6 +78,30 @@ def _credentials(cfg: RunConfig) -> grpc.ServerCredentials | None:
     )
 
 
+def _control_credentials(cfg: RunConfig) -> grpc.ServerCredentials | None:
+    """The control API's mutual TLS: the server's certificate, and client
+    certificates from ``control.operator_ca`` required."""
+    if cfg.control is None:
+        return None
+    tls = cfg.server.tls
+    if tls is None:  # the config refuses this; kept for a model built by hand
+        raise ConfigError("control needs server.tls")
+    path = cfg.control.operator_ca
+    try:
+        ca = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"control.operator_ca {path}: {exc.strerror}") from None
+    try:
+        load_certificates(ca)
+    except CertError as exc:
+        raise ConfigError(f"control.operator_ca {path}: {exc}") from None
+    cert = _read_pem(tls.cert, "cert")
+    key = _read_pem(tls.key, "key")
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=True
+    )
+
+
 def check_listen(address: str) -> None:
     """ConfigError unless ``address`` (HOST:PORT) can be listened on now.
 
@@ -116,7 +140,10 @@ def preflight(cfg: RunConfig) -> None:
     listening address, the open-file limit the connection cap needs, and the
     checkpoint folder (ConfigError, exit status 2)."""
     _credentials(cfg)
+    _control_credentials(cfg)
     check_listen(cfg.server.address)
+    if cfg.control is not None:
+        check_listen(cfg.control.address)
     check_fd_headroom(cfg.server)
     try:
         check_writable(cfg.checkpoints.dir)
@@ -132,8 +159,11 @@ class Server:
         self.store = store or Store(cfg.store.url)
         self.coord = Coordinator(cfg, Recorder(self.store))
         self.stop_event = threading.Event()
+        self.stop_reason: str | None = None  # an operator's stop ends the run
         self.crashed: BaseException | None = None
         self.port = 0
+        self.control_port = 0
+        self.control: grpc.aio.Server | None = None
         self._driver = threading.Thread(
             target=self._drive, name="fedplat-driver", daemon=True
         )
@@ -186,6 +216,7 @@ class Server:
         if self.port == 0:
             raise ConfigError(f"cannot listen on {s.address} (in use, or not local)")
         await self.server.start()
+        await self._start_control()
         for name in ("", SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.coord.ctx.recorder.start()
@@ -193,6 +224,41 @@ class Server:
         log.info(
             "coordinator for run %r listening on port %d", self.cfg.run.name, self.port
         )
+
+    def request_stop(self, reason: str) -> None:
+        """End the run for good (an operator's StopRun): the driver stops at its
+        next step and the run is marked failed with ``reason``."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_event.set()
+
+    async def _start_control(self) -> None:
+        cfg = self.cfg.control
+        creds = _control_credentials(self.cfg)
+        if cfg is None or creds is None:
+            return
+        from fedplat.control.service import ControlServicer, ServedRun
+        from fedplat.proto import control_pb2_grpc
+
+        self.control = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024),
+                ("grpc.max_send_message_length", 16 * 1024 * 1024),
+            ],
+            maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
+        )
+        served = ServedRun(self.coord.run_record.id, self.request_stop)
+        control_pb2_grpc.add_ControlServicer_to_server(
+            ControlServicer(self.store, served), self.control
+        )
+        try:
+            self.control_port = self.control.add_secure_port(cfg.address, creds)
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {cfg.address}: {exc}") from None
+        if self.control_port == 0:
+            raise ConfigError(f"cannot listen on {cfg.address} (in use, or not local)")
+        await self.control.start()
+        log.info("control API (operators, mutual TLS) on port %d", self.control_port)
 
     async def wait(self) -> None:
         while not self.stop_event.is_set() and self._driver.is_alive():
@@ -203,6 +269,13 @@ class Server:
         for name in ("", SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await asyncio.to_thread(self._driver.join, 10)
+        if self.stop_reason is not None and not self._driver.is_alive():
+            run = self.coord.run_record
+            if run.status not in ("completed", "failed"):
+                log.warning("run %s: %s", run.name, self.stop_reason)
+                self.coord.driver.closer.give_up(self.stop_reason)
+        if self.control is not None:
+            await self.control.stop(grace)
         await self.server.stop(grace)
         self.coord.ctx.recorder.stop()
         self.store.close()
@@ -267,6 +340,8 @@ async def _serve(
     if srv.crashed is not None:
         return 1
     log.info("run %s: %s after %d rounds", cfg.run.name, run.status, run.current_round)
+    if srv.stop_reason is not None:
+        return 0  # stopped as an operator asked
     return 1 if run.status == "failed" else 0
 
 

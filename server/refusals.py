@@ -18,7 +18,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedplat.server.ratelimit import TokenBucket
+from fedplat.transport.limits import TokenBucket
 
 
 @dataclass

@@ -4,8 +4,9 @@ Subcommands: ``coordinator`` (serve a run), ``client`` (a reference client),
 ``sim`` (simulation in process or on Ray), ``demo``, ``monitor`` (the web monitor),
 ``ledger`` (verify or export a contribution ledger), ``gossip`` (peer-to-peer
 learning), ``certs`` (a CA for TLS), ``tokens``, ``clients`` and ``store check``
-(operator commands on a store), ``export`` (a run's model as a file) and
-``list`` (registered names). Each lives in a module of this
+(operator commands on a store), ``runs``, ``devices``, ``audit``, ``operators``
+and ``whoami`` (through a coordinator's control API), ``export`` (a run's model
+as a file) and ``list`` (registered names). Each lives in a module of this
 package with a ``register(sub)`` function; user errors print one line and exit
 with status 2.
 """
@@ -18,6 +19,7 @@ import sys
 from fedplat.cli import (
     admin,
     certs,
+    control,
     demo,
     export,
     gossip,
@@ -29,7 +31,19 @@ from fedplat.cli import (
 )
 from fedplat.cli.common import CliError, setup_logging, user_errors
 
-_COMMANDS = (run, sim, demo, monitor, ledger, gossip, certs, admin, export, listing)
+_COMMANDS = (
+    run,
+    sim,
+    demo,
+    monitor,
+    ledger,
+    gossip,
+    certs,
+    admin,
+    control,
+    export,
+    listing,
+)
 DESCRIPTION = (
     "fedplat: federated learning with a gRPC coordinator, a client SDK, "
     "in-process simulation, a web monitor of runs, a tamper-evident contribution "

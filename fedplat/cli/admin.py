@@ -1,5 +1,6 @@
-"""Operator commands on a store: ``fedplat tokens``, ``fedplat clients``,
-``fedplat store check``."""
+"""Operator commands on a store: ``fedplat tokens`` (``--db``; without it the
+control API, :mod:`fedplat.cli.control`), ``fedplat clients``, ``fedplat store
+check``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedplat.cli.common import CliError
+from fedplat.cli.control import service_flags
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -45,6 +47,10 @@ def _run(store: Any, name: str) -> Any:
 def cmd_tokens(args: argparse.Namespace) -> int:
     from fedplat.store import Store, StoreError
 
+    if args.db is None:
+        from fedplat.cli.control import tokens_via_service
+
+        return tokens_via_service(args)
     try:
         if args.tokens_command == "create":
             with Store(args.db) as store:  # creating tokens may precede any run
@@ -153,7 +159,12 @@ def register(sub: Any) -> None:
     tr = tsub.add_parser("revoke", help="revoke an unused token")
     tr.add_argument("id", help="token id (the part after 'fpt1.')")
     for sp in (tc, tl, tr):
-        sp.add_argument("--db", required=True, help="store URL or SQLite path")
+        sp.add_argument(
+            "--db",
+            help="store URL or SQLite path (bootstrap, or a stopped service); "
+            "without it, through the control API",
+        )
+        service_flags(sp)
         sp.set_defaults(func=cmd_tokens)
 
     c = sub.add_parser("clients", help="list or revoke a run's clients")

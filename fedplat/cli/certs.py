@@ -29,6 +29,10 @@ def cmd_certs(args: argparse.Namespace) -> int:
                 issue_peer(args.dir, n, sans=tuple(args.san), days=args.days)
                 for n in args.name
             ]
+        elif args.certs_command == "operator":
+            from fedplat.security.operators import issue_operator
+
+            made = [issue_operator(args.dir, args.name, role=args.role, days=args.days)]
         elif args.certs_command == "client":
             names = (
                 [f"{args.name}-{i}" for i in range(args.count)]
@@ -60,7 +64,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``fedplat certs ca|server|client|peer|init``."""
+    """Add ``fedplat certs ca|server|client|peer|operator|init``."""
     c = sub.add_parser(
         "certs", help="make a CA and server/client certificates for TLS and mTLS"
     )
@@ -83,6 +87,19 @@ def register(sub: Any) -> None:
         required=True,
         help="node id (repeatable); letters, digits and '-'",
     )
+    op = csub.add_parser(
+        "operator",
+        help="an operator's client certificate for the control API, its role "
+        "signed in (viewer: read; operator: + stop runs; admin: + tokens, "
+        "devices, operators)",
+    )
+    op.add_argument("name", help="operator name (common name and file stem)")
+    op.add_argument(
+        "--role",
+        required=True,
+        choices=("viewer", "operator", "admin"),
+        help="what the holder may do through the control API",
+    )
     init = csub.add_parser(
         "init", help="CA + server cert (+ --clients client certs), skipping existing"
     )
@@ -95,7 +112,7 @@ def register(sub: Any) -> None:
             help="DNS name or IP the server is reached at (repeatable; "
             "default localhost and 127.0.0.1)",
         )
-    for sp in (ca, srv, cli, peer, init):
+    for sp in (ca, srv, cli, peer, op, init):
         sp.add_argument("--dir", required=True, help="folder holding the CA and certs")
         sp.add_argument("--days", type=int, default=825, help="validity in days")
         sp.set_defaults(func=cmd_certs)

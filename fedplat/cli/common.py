@@ -23,13 +23,15 @@ class CliError(Exception):
 def user_errors() -> tuple[type[BaseException], ...]:
     """The errors every command reports as one line with exit status 2: its own
     :class:`CliError`, a bad run file, a store that cannot be opened or read, and
-    a checkpoint that is missing or was tampered with. (Imported here, not at
+    a checkpoint that is missing or was tampered with, and a control API call
+    refused or unreachable. (Imported here, not at
     module level, so ``fedplat --help`` does not load the server.)"""
+    from fedplat.control.client import ControlError
     from fedplat.server.checkpoint import CheckpointError
     from fedplat.server.config import ConfigError
     from fedplat.store import StoreError
 
-    return (CliError, ConfigError, StoreError, CheckpointError)
+    return (CliError, ConfigError, StoreError, CheckpointError, ControlError)
 
 
 def setup_logging(verbose: bool) -> None:

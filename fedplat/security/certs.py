@@ -215,11 +215,14 @@ def _issue(
     usages: list[x509.ObjectIdentifier],
     dns_and_ips: tuple[str, ...],
     days: int,
+    uris: tuple[str, ...] = (),
 ) -> Issued:
     _check_name(name)
     if days < 1:
         raise CertError("days must be >= 1")
-    sans = [_san(s) for s in dns_and_ips]
+    sans = [_san(s) for s in dns_and_ips] + [
+        x509.UniformResourceIdentifier(u) for u in uris
+    ]
     ca_cert, ca_key = _load_ca(d)
     key = ec.generate_private_key(ec.SECP256R1())
     builder = (

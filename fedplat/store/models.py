@@ -196,6 +196,19 @@ class EnrolmentToken(Base):
     revoked_at: Mapped[datetime | None]
 
 
+class OperatorRevocation(Base):
+    """An operator certificate the control API no longer accepts (by its
+    SHA-256 fingerprint; certificates are issued offline, so revocation is the
+    store's, checked on every call)."""
+
+    __tablename__ = "operator_revocations"
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    revoked_by: Mapped[str] = mapped_column(String(NAME_LEN))
+    revoked_at: Mapped[datetime]
+
+
 class Round(Base):
     """One round of a run; ``number`` starts at 1."""
 

@@ -4,7 +4,8 @@
 few callers holding streams open cannot take every slot (the handlers also time
 out idle streams). :class:`RefusalLog` counts refused calls by kind and logs at
 most one line per kind per interval, so a flood of bad calls cannot flood the
-log.
+log. :class:`TokenBucket` bounds a rate (enrolments, refusal records, audit
+entries of one caller).
 """
 
 from __future__ import annotations
@@ -17,7 +18,32 @@ from contextlib import contextmanager
 
 from fedplat.protocol.errors import ResourceExhausted
 
-__all__ = ["RefusalLog", "StreamSlots"]
+__all__ = ["RefusalLog", "StreamSlots", "TokenBucket"]
+
+
+class TokenBucket:
+    """At most ``burst`` events at once, ``rate`` per second sustained."""
+
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self, n: float = 1.0) -> bool:
+        """Spend ``n`` tokens if available (refilled by elapsed time)."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= n:
+            self._tokens -= n
+            return True
+        return False
 
 
 class StreamSlots:

@@ -34,10 +34,11 @@ from fedplat.store.models import Base
 from tests.support import REPO
 from tests.support.store import ok, play_round, run_with_clients, sql
 
-#: Tables of revision 0001, and what 0002 and 0003 add.
+#: Tables of revision 0001, and what 0002, 0003 and 0004 add.
 TABLES_0001 = {"runs", "clients", "rounds", "participations", "metrics", "events"}
 TABLES_0002 = TABLES_0001 | {"ledger_entries", "ledger_heads"}
 TABLES_0003 = TABLES_0002 | {"enrolment_tokens", "contributions"}
+TABLES_0004 = TABLES_0003 | {"operator_revocations"}
 
 
 def _schema_diff(url: str) -> list[Any]:
@@ -69,18 +70,18 @@ def _counts(url: str, tables: set[str]) -> dict[str, int]:
 def test_head_matches_the_models_and_downgrades_to_base_and_back(
     db_url: str,
 ) -> None:
-    assert head_revision() == "0003"
+    assert head_revision() == "0004"
     migrate(db_url)
     assert _schema_diff(db_url) == []
     rev, tables, _ = _inspect(db_url)
-    assert (rev, tables) == ("0003", TABLES_0003)
+    assert (rev, tables) == ("0004", TABLES_0004)
 
     downgrade(db_url, "base")
     rev, tables, _ = _inspect(db_url)
     assert (rev, tables) == (None, set())
 
     migrate(db_url)
-    assert _inspect(db_url)[:2] == ("0003", TABLES_0003)
+    assert _inspect(db_url)[:2] == ("0004", TABLES_0004)
     assert _schema_diff(db_url) == []
 
 

@@ -1,0 +1,120 @@
+"""Who may call what on the control API, and the audit trail of every call.
+
+Every call ends in one audit event in the store (kind ``audit``, the run's id
+when the call names a run): who (certificate name, role, fingerprint), what
+(method and target), when, and the result (``ok`` or the refusal). Refusals of
+one caller are recorded at a bounded rate (:data:`REFUSALS_BURST` at once,
+:data:`REFUSALS_PER_SECOND` sustained); a refusal that could not be recorded is
+counted and said in that caller's next recorded entry, so a flood of refused
+calls cannot grow the store without bound and none goes unmentioned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from fedplat.security.operators import Operator, Role
+from fedplat.store import Store, StoreError
+from fedplat.transport.limits import TokenBucket
+
+log = logging.getLogger("fedplat.control")
+
+#: The least role each method needs (see :mod:`fedplat.security.operators`).
+NEEDS: dict[str, Role] = {
+    "WhoAmI": "viewer",
+    "ListRuns": "viewer",
+    "GetRun": "viewer",
+    "ListDevices": "viewer",
+    "ListTokens": "viewer",
+    "ListAudit": "viewer",
+    "StopRun": "operator",
+    "RevokeDevice": "admin",
+    "CreateTokens": "admin",
+    "RevokeToken": "admin",
+    "RevokeOperator": "admin",
+}
+
+AUDIT_KIND = "audit"
+REFUSALS_BURST = 20
+REFUSALS_PER_SECOND = 0.2
+#: Callers whose refusal budgets are remembered (the oldest is forgotten).
+MAX_CALLERS = 10_000
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a call: an operator, or a certificate that is not one."""
+
+    name: str
+    role: str
+    fingerprint: str
+
+    @classmethod
+    def of(cls, op: Operator) -> Caller:
+        return cls(op.name, op.role, op.fingerprint)
+
+
+class AuditTrail:
+    """Writes the audit events (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._budgets: dict[str, TokenBucket] = {}
+        self._unrecorded: dict[str, int] = {}
+
+    def _may_record_refusal(self, key: str) -> bool:
+        with self._lock:
+            bucket = self._budgets.get(key)
+            if bucket is None:
+                if len(self._budgets) >= MAX_CALLERS:
+                    self._budgets.pop(next(iter(self._budgets)))
+                bucket = TokenBucket(REFUSALS_PER_SECOND, REFUSALS_BURST)
+                self._budgets[key] = bucket
+            if bucket.take():
+                return True
+            self._unrecorded[key] = self._unrecorded.get(key, 0) + 1
+            return False
+
+    def record(
+        self,
+        caller: Caller,
+        method: str,
+        target: str,
+        result: str,
+        run_id: str | None = None,
+    ) -> None:
+        """One audit event; a refusal (``result`` not ``ok``) within its budget."""
+        key = caller.fingerprint or caller.name
+        target, result = target[:200], result[:300]
+        if result != "ok" and not self._may_record_refusal(key):
+            return
+        with self._lock:
+            missed = self._unrecorded.pop(key, 0)
+        details: dict[str, Any] = {
+            "operator": caller.name,
+            "role": caller.role,
+            "fingerprint": caller.fingerprint,
+            "method": method,
+            "target": target,
+            "result": result,
+        }
+        if missed:
+            details["refusals_not_recorded_before"] = missed
+        who = f"{caller.name} ({caller.role})"
+        try:
+            self._store.add_event(
+                run_id,
+                AUDIT_KIND,
+                f"{who} {method} {target}: {result}"[:500],
+                level="info" if result == "ok" else "warning",
+                details=details,
+            )
+        except StoreError:
+            log.exception("control: could not record the audit event")
+
+
+__all__ = ["AUDIT_KIND", "NEEDS", "AuditTrail", "Caller"]
