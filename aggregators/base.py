@@ -47,10 +47,17 @@ class ClientDecision:
     flags: tuple[str, ...] = ()
 
 
+# Round-level facts a rule reports beside its per-row decisions, e.g.
+# ``{"converged": False, "iterations": 100}`` from an iterative rule that hit its
+# cap; the coordinator records them with the round.
+Diagnostics = Mapping[str, bool | int | float]
+
+
 @dataclass(frozen=True)
 class AggregationResult:
     aggregate: torch.Tensor  # [d]
     decisions: list[ClientDecision] = field(default_factory=list)
+    diagnostics: Diagnostics = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -270,10 +277,12 @@ def participation_report(kept: torch.Tensor, low_share: float = 0.5) -> RowRepor
 
 @dataclass(frozen=True)
 class RuleOutput:
-    """A rule's aggregate ``[d]`` plus its :class:`RowReport` over the input rows."""
+    """A rule's aggregate ``[d]``, its :class:`RowReport` over the input rows and
+    its round-level ``diagnostics``."""
 
     aggregate: torch.Tensor
     report: RowReport
+    diagnostics: Diagnostics = field(default_factory=dict)
 
 
 class Rule:
@@ -332,7 +341,11 @@ class Rule:
                 f"(values too large for {updates.dtype}?)"
             )
         self.commit(aggregate)
-        return AggregationResult(aggregate=aggregate, decisions=out.report.decisions())
+        return AggregationResult(
+            aggregate=aggregate,
+            decisions=out.report.decisions(),
+            diagnostics=dict(out.diagnostics),
+        )
 
     def __repr__(self) -> str:
         params = ", ".join(

@@ -98,7 +98,7 @@ class Pipeline(Rule):
             score=None if rep.score is None else rep.score[owner],
             flags=flags,
         )
-        return RuleOutput(inner.aggregate, report)
+        return RuleOutput(inner.aggregate, report, inner.diagnostics)
 
     def commit(self, aggregate: torch.Tensor) -> None:
         self.rule.commit(aggregate)

@@ -27,6 +27,16 @@ eager network; if compiling fails (no compiler, unsupported platform) or a kerne
 later raises, a warning is logged and callers keep the eager network.
 ``FEDPLAT_FUSED_ORDER_STATS=0`` disables this path, ``=sync`` compiles on the
 calling thread.
+
+Runtime state. Dynamo guards every compiled graph on global state, among it
+``torch.get_num_threads()`` and grad mode, and recompiles *on the calling
+thread* when a guard fails: ``torch.set_num_threads`` after warm-up made the
+next call of each kernel block 14-19 s at ``n = 50``. So a kernel is keyed by
+that state too (:func:`_state`; a new state compiles in the background like a
+new ``n``, the eager network answering meanwhile), every call runs under
+``no_grad``, and a ready kernel is called through ``torch._dynamo.run``, which
+only replays compiled graphs: a guard that still fails runs the network
+uncompiled on that call instead of compiling.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import threading
 import types
 from collections.abc import Callable, Sequence
 from functools import cache
+from typing import NamedTuple
 
 import torch
 
@@ -132,9 +143,18 @@ def sorted_reduce(
 Kernel = Callable[[torch.Tensor], tuple[torch.Tensor, ...]]
 
 
+class _Compiled(NamedTuple):
+    """One kernel: ``build`` compiles on a call (background thread), ``serve``
+    replays only what ``build`` compiled (never compiles; a guard miss runs
+    the network uncompiled)."""
+
+    build: Kernel
+    serve: Kernel
+
+
 def _compile(
     name: str, n: int, ranks: tuple[int, ...] | None, reduce: Reduction
-) -> Kernel:
+) -> _Compiled:
     comps = comparators(n, ranks)
 
     def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -149,9 +169,34 @@ def _compile(
     # Inductor stops fusing after 64 nodes by default and would split the network
     # into several loops, each storing and reloading every row; one loop keeps
     # the column in registers / L1 (trimmed mean of [50, 1e6]: 9.2 -> 2.3 means).
-    return torch.compile(
+    build = torch.compile(
         fn, dynamic=True, fullgraph=True, options={"max_fusion_size": 1 << 16}
     )
+    return _Compiled(build, torch._dynamo.run(fn))
+
+
+def _state(x: torch.Tensor) -> tuple[object, ...]:
+    """The global state Dynamo's guards read that a caller may change between
+    rounds (grad mode is pinned by ``no_grad`` around every call)."""
+    return (
+        torch.get_num_threads(),
+        torch.get_default_dtype(),
+        torch.are_deterministic_algorithms_enabled(),
+        x.is_inference(),
+    )
+
+
+def full_key(key: tuple[object, ...], x: torch.Tensor) -> tuple[object, ...]:
+    """The cache key of the kernel for reduction ``key`` over ``x`` now:
+    ``(*key, dtype, *state)``."""
+    return (*key, x.dtype, *_state(x))
+
+
+def _probe(n: int, dtype: torch.dtype, inference: bool) -> torch.Tensor:
+    """A small random input of the kernel's class (``[n, 64]``)."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode(inference):
+        return torch.randn(n, 64, generator=gen, dtype=dtype)
 
 
 class _Kernels:
@@ -166,7 +211,7 @@ class _Kernels:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ready: dict[tuple[object, ...], Kernel] = {}
+        self._ready: dict[tuple[object, ...], _Compiled] = {}
         self._pending: dict[tuple[object, ...], threading.Thread] = {}
         self._failed: set[tuple[object, ...]] = set()
         self._warned = False
@@ -182,10 +227,10 @@ class _Kernels:
         try:
             kernel = _compile("fused_" + "_".join(map(str, key)), n, ranks, reduce)
             # A self-check on a small random input (one kernel serves every d).
-            gen = torch.Generator().manual_seed(0)
-            probe = torch.randn(n, 64, generator=gen, dtype=dtype)
-            got = kernel(probe)
-            want = sorted_reduce(probe, ranks, reduce)
+            probe = _probe(n, dtype, inference=bool(key[-1]))
+            with torch.no_grad():
+                got = kernel.build(probe)
+                want = sorted_reduce(probe, ranks, reduce)
             if not all(torch.allclose(a, b) for a, b in zip(got, want, strict=True)):
                 raise RuntimeError("compiled kernel disagrees with the eager network")
         except Exception as exc:  # no compiler, unsupported platform, ...
@@ -202,8 +247,12 @@ class _Kernels:
                 )
             return
         with self._lock:
-            self._ready[key] = kernel
             self._pending.pop(key, None)
+            # The state changed while compiling: the graph may be guarded on
+            # the other one; the next call in this state compiles again.
+            tail = (dtype, *_state(probe))
+            if key[-len(tail) :] == tail:
+                self._ready[key] = kernel
 
     def run(
         self,
@@ -215,37 +264,36 @@ class _Kernels:
     ) -> tuple[torch.Tensor, ...] | None:
         """The compiled ``sorted_reduce(x, ranks, reduce)``, or ``None`` while it
         is compiling or when it cannot be compiled (the caller falls back)."""
-        full_key = (*key, x.dtype)
+        key = full_key(key, x)
         with self._lock:
-            kernel = self._ready.get(full_key)
+            kernel = self._ready.get(key)
             start = (
-                kernel is None
-                and full_key not in self._failed
-                and full_key not in self._pending
+                kernel is None and key not in self._failed and key not in self._pending
             )
             if start and sync:
                 # Other callers fall back meanwhile instead of compiling twice.
-                self._pending[full_key] = threading.current_thread()
+                self._pending[key] = threading.current_thread()
             elif start:
                 thread = threading.Thread(
                     target=self._build,
-                    args=(full_key, x.shape[0], x.dtype, ranks, reduce),
+                    args=(key, x.shape[0], x.dtype, ranks, reduce),
                     name=f"fedplat-compile-{key[0]}",
                     daemon=True,
                 )
-                self._pending[full_key] = thread
+                self._pending[key] = thread
                 thread.start()
         if kernel is None and start and sync:
-            self._build(full_key, x.shape[0], x.dtype, ranks, reduce)
-            kernel = self._ready.get(full_key)
+            self._build(key, x.shape[0], x.dtype, ranks, reduce)
+            kernel = self._ready.get(key)
         if kernel is None:
             return None
         try:
-            return kernel(x.contiguous())
+            with torch.no_grad():
+                return kernel.serve(x.contiguous())
         except Exception as exc:  # never let a kernel fault fail an aggregation
             with self._lock:
-                self._ready.pop(full_key, None)
-                self._failed.add(full_key)
+                self._ready.pop(key, None)
+                self._failed.add(key)
             log.warning(
                 "compiled order statistics failed (%s: %s); using the eager network",
                 type(exc).__name__,

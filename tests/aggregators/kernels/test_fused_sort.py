@@ -139,7 +139,7 @@ def test_compiled_kernels_agree_with_the_eager_network(
         "meamed": cw.coordinate_meamed(x, 2),
     }
     for key in [("median", 7), ("trimmed_mean", 7, 2), ("meamed", 7, 2)]:
-        assert (*key, torch.float32) in fs._KERNELS._ready, key  # really compiled
+        assert fs.full_key(key, x) in fs._KERNELS._ready, key  # really compiled
     assert torch.equal(fused["median"].aggregate, eager["median"].aggregate)
     for name in ("trimmed_mean", "meamed"):
         assert torch.allclose(fused[name].aggregate, eager[name].aggregate, atol=1e-6)
@@ -180,7 +180,7 @@ def test_compile_failure_falls_back_with_one_warning(
         assert fs.wait(timeout=30)
     want = torch.from_numpy(np.median(x.numpy(), axis=0))
     assert torch.equal(first.aggregate, want) and torch.equal(second.aggregate, want)
-    assert ("median", 6, torch.float32) in kernels._failed
+    assert fs.full_key(("median", 6), x) in kernels._failed
     warnings = [r for r in caplog.records if "compiled order statistics" in r.message]
     assert len(warnings) == 1
 
@@ -193,12 +193,13 @@ def test_a_kernel_that_raises_is_dropped_for_the_eager_network(
     def faulty(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raise RuntimeError("simulated kernel fault")
 
-    kernels._ready[("median", 5, torch.float32)] = faulty
+    x = torch.randn(5, 30)
+    key = fs.full_key(("median", 5), x)
+    kernels._ready[key] = fs._Compiled(faulty, faulty)
     monkeypatch.setattr(fs, "_KERNELS", kernels)
     monkeypatch.setattr(fs, "MIN_COLUMNS", 8)
     monkeypatch.setenv("FEDPLAT_FUSED_ORDER_STATS", "1")
-    x = torch.randn(5, 30)
     got = cw.coordinate_median(x).aggregate
     assert torch.equal(got, torch.from_numpy(np.median(x.numpy(), axis=0)))
-    assert ("median", 5, torch.float32) in kernels._failed
+    assert key in kernels._failed
     assert not kernels.compiled_keys()
