@@ -262,6 +262,10 @@ class RoundCloser:
             m["train_loss"] = sum(losses) / len(losses)
         if contribution is not None:
             m.update(contribution.pending.metrics)
+        # The rule's round-level diagnostics (e.g. the geometric median's
+        # converged and iterations), as numbers: aggregator.converged = 0 or 1.
+        diagnostics = step.result.diagnostics if step.result is not None else {}
+        m.update({f"aggregator.{k}": float(v) for k, v in diagnostics.items()})
         return m
 
     def _events(
@@ -291,6 +295,22 @@ class RoundCloser:
                 )
                 for c in contribution.suspects
             ]
+        if (
+            step.result is not None
+            and step.result.diagnostics.get("converged") is False
+        ):
+            events.append(
+                EventRow(
+                    "aggregator_unconverged",
+                    f"round {r.number}: the aggregator stopped before converging "
+                    f"({dict(step.result.diagnostics)}); its result is the last "
+                    "iterate",
+                    "warning",
+                    r.number,
+                    None,
+                    dict(step.result.diagnostics),
+                )
+            )
         events.append(EventRow("round_completed", msg, "info", r.number))
         if last:
             events.append(

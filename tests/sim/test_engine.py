@@ -102,3 +102,22 @@ def test_population_examples_match_the_partition(tmp_path: Path) -> None:
     state = population.__getstate__()
     assert state["_model"] is None and state["config"] == population.config
     assert isinstance(population.model(), torch.nn.Module)
+
+
+def test_an_unconverged_rule_is_recorded_with_the_round(tmp_path: Path) -> None:
+    # One Weiszfeld step cannot converge: the round says so (a metric and a
+    # warning event), it is not a silent result.
+    agg = {"name": "geometric_median", "params": {"max_iter": 1}}
+    cfg = parse_config(
+        run_config(tmp_path, rounds=1, clients=4, min_available=4, aggregator=agg)
+    )
+    with Store(cfg.store.url) as store:
+        simulate(cfg, ReferencePopulation.of(cfg, 4), 4, store=store)
+        run = store.get_run_by_name(cfg.run.name)
+        assert run is not None and run.status == "completed"
+        converged = store.list_metrics(run.id, "aggregator.converged")
+        iterations = store.list_metrics(run.id, "aggregator.iterations")
+        assert [m.value for m in converged] == [0.0]
+        assert [m.value for m in iterations] == [1.0]
+        events = store.list_events(run.id, kind="aggregator_unconverged")
+        assert len(events) == 1 and events[0].details["converged"] is False
