@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Docker CI step, without Docker Hub or a Docker daemon (see ENVIRONMENT.md):
+# Docker CI step, without Docker Hub or a Docker daemon (podman, and a base image
+# made locally, as on the CI machines, which reach only the package registries):
 #   1. lint both Dockerfiles with hadolint (warnings fail);
 #   2. make a Debian base image with debootstrap from apt's own mirror;
 #   3. build the coordinator image on it with podman (FROM as a build argument);

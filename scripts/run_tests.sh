@@ -22,4 +22,4 @@ fi
 
 echo "== ruff"; ruff check .; ruff format --check .
 echo "== mypy"; bash scripts/typecheck.sh
-echo "== pytest"; python -m pytest "$@"
+echo "== pytest"; python -m pytest --durations=25 "$@"
