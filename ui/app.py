@@ -60,6 +60,12 @@ navigation = st.navigation(
             icon=":material/share:",
             url_path="gossip",
         ),
+        st.Page(
+            str(VIEWS / "audit.py"),
+            title="Audit",
+            icon=":material/policy:",
+            url_path="audit",
+        ),
     ],
     position="sidebar" if signed_in else "hidden",
 )

@@ -22,6 +22,7 @@ import streamlit as st
 from fedplat.ui import (
     DB_ENV,
     REFRESH_ENV,
+    audit,
     data,
     display_url,
     ledger,
@@ -233,6 +234,14 @@ def load_metrics(url: str, run_id: str) -> list[MetricRecord]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_events(url: str, run_id: str, limit: int = 500) -> list[EventRecord]:
     return open_store(url).list_events(run_id, limit=limit)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_audit(url: str, limit: int = 500) -> pd.DataFrame:
+    """The newest control API calls (audit events of every run and none)."""
+    store = open_store(url)
+    names = {r.id: r.name for r in store.list_runs()}
+    return audit.audit_frame(store.list_events(kind="audit", limit=limit), names)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
