@@ -28,13 +28,21 @@ from fedplat.server.config import ConfigError, RunConfig
 from fedplat.server.coordinator import Coordinator
 from fedplat.server.recorder import Recorder
 from fedplat.server.servicer import SERVICE, CoordinatorServicer
-from fedplat.server.wire import check_fd_headroom, grpc_options, health_handler
+from fedplat.server.wire import (
+    check_fd_headroom,
+    control_options,
+    grpc_options,
+    health_handler,
+)
 from grpc_health.v1 import health, health_pb2
 
 from fedplat.security.certs import CertError, check_key_pair, load_certificates
 from fedplat.store import Store, StoreError
 
 log = logging.getLogger("fedplat.server")
+
+#: How long an operator's stop waits for the round driver's current step.
+OPERATOR_STOP_SECONDS = 600
 
 
 def _read_pem(path: str, what: str) -> bytes:
@@ -144,7 +152,7 @@ def preflight(cfg: RunConfig) -> None:
     check_listen(cfg.server.address)
     if cfg.control is not None:
         check_listen(cfg.control.address)
-    check_fd_headroom(cfg.server)
+    check_fd_headroom(cfg.server, cfg.control)
     try:
         check_writable(cfg.checkpoints.dir)
     except CheckpointError as exc:
@@ -160,6 +168,7 @@ class Server:
         self.coord = Coordinator(cfg, Recorder(self.store))
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None  # an operator's stop ends the run
+        self._stop_lock = threading.Lock()
         self.crashed: BaseException | None = None
         self.port = 0
         self.control_port = 0
@@ -190,7 +199,7 @@ class Server:
     async def start(self) -> None:
         s = self.cfg.server
         creds = _credentials(self.cfg)
-        check_fd_headroom(s)
+        check_fd_headroom(s, self.cfg.control)
         self.server = grpc.aio.server(
             options=grpc_options(s), maximum_concurrent_rpcs=s.max_concurrent_rpcs
         )
@@ -225,32 +234,39 @@ class Server:
             "coordinator for run %r listening on port %d", self.cfg.run.name, self.port
         )
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str) -> str | None:
         """End the run for good (an operator's StopRun): the driver stops at its
-        next step and the run is marked failed with ``reason``."""
-        if self.stop_reason is None:
+        next step and the run is marked failed with ``reason``. Returns ``None``,
+        or the reason of the stop already asked for (this one is refused)."""
+        with self._stop_lock:
+            if self.stop_reason is not None:
+                return self.stop_reason
             self.stop_reason = reason
         self.stop_event.set()
+        return None
 
     async def _start_control(self) -> None:
         cfg = self.cfg.control
         creds = _control_credentials(self.cfg)
         if cfg is None or creds is None:
             return
-        from fedplat.control.service import ControlServicer, ServedRun
-        from fedplat.proto import control_pb2_grpc
+        from fedplat.control.service import ControlLimits, ControlServicer, ServedRun
 
         self.control = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", 64 * 1024),
-                ("grpc.max_send_message_length", 16 * 1024 * 1024),
-            ],
-            maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
+            options=control_options(cfg),
+            # Above the slots the servicer counts, so a refusal says why.
+            maximum_concurrent_rpcs=cfg.max_concurrent_rpcs + 8,
         )
         served = ServedRun(self.coord.run_record.id, self.request_stop)
-        control_pb2_grpc.add_ControlServicer_to_server(
-            ControlServicer(self.store, served), self.control
+        limits = ControlLimits(
+            max_calls=cfg.max_concurrent_rpcs,
+            per_operator=cfg.max_calls_per_operator,
+            calls_per_second=cfg.calls_per_second,
+            burst=cfg.calls_burst,
+            receive_seconds=cfg.receive_seconds,
         )
+        servicer = ControlServicer(self.store, served, limits)
+        self.control.add_generic_rpc_handlers((servicer.handler(),))
         try:
             self.control_port = self.control.add_secure_port(cfg.address, creds)
         except RuntimeError as exc:
@@ -268,8 +284,17 @@ class Server:
         self.stop_event.set()
         for name in ("", SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await asyncio.to_thread(self._driver.join, 10)
-        if self.stop_reason is not None and not self._driver.is_alive():
+        # An operator's stop waits for the driver's current step (a round's
+        # close may take minutes), so the run is ended, not left resumable.
+        wait = OPERATOR_STOP_SECONDS if self.stop_reason is not None else 10
+        await asyncio.to_thread(self._driver.join, wait)
+        if self.stop_reason is not None:
+            if self._driver.is_alive():
+                log.error(
+                    "the round driver did not stop within %d s; ending the run "
+                    "as the operator asked anyway",
+                    wait,
+                )
             run = self.coord.run_record
             if run.status not in ("completed", "failed"):
                 log.warning("run %s: %s", run.name, self.stop_reason)
@@ -340,8 +365,8 @@ async def _serve(
     if srv.crashed is not None:
         return 1
     log.info("run %s: %s after %d rounds", cfg.run.name, run.status, run.current_round)
-    if srv.stop_reason is not None:
-        return 0  # stopped as an operator asked
+    if srv.stop_reason is not None and srv.coord.run_record.reason == srv.stop_reason:
+        return 0  # ended as an operator asked
     return 1 if run.status == "failed" else 0
 
 

@@ -57,6 +57,7 @@ from fedplat.protocol.errors import (
 from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
 from fedplat.security.certs import CertError, fingerprint
 from fedplat.security.identity import ENROL, verify
+from fedplat.security.operators import is_operator_certificate
 from fedplat.vectors import Layout
 
 log = logging.getLogger("fedplat.server.registry")
@@ -208,6 +209,13 @@ class ClientRegistry:
         if peer.cert_pem is None:
             self._refuse(
                 PermissionDenied("a client certificate is required"),
+                "enrolment_refused",
+            )
+        if is_operator_certificate(peer.cert_pem or b""):
+            # An operator's certificate (docs/control.md) acts on the control
+            # API only, never as a device, even from the devices' CA.
+            self._refuse(
+                PermissionDenied("an operator certificate cannot enrol as a device"),
                 "enrolment_refused",
             )
         try:

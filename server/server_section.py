@@ -131,8 +131,25 @@ class ControlSection(Strict):
 
     address: str = "127.0.0.1:50061"
     operator_ca: str
-    # Calls in flight at once (operators are few; a larger burst waits).
+    # Calls in flight at once, and per operator certificate; beyond them a call
+    # is refused (RESOURCE_EXHAUSTED). Operators are few.
     max_concurrent_rpcs: int = Field(default=16, ge=1, le=1024)
+    max_calls_per_operator: int = Field(default=4, ge=1, le=64)
+    # Calls one certificate may make: a burst, then this many per second.
+    calls_per_second: float = Field(default=1.0, gt=0, le=1000)
+    calls_burst: int = Field(default=60, ge=1, le=100_000)
+    # Connections at once (each a file descriptor, counted in the open-file
+    # headroom), a TLS handshake's time, and a request's time to arrive.
+    max_connections: int = Field(default=64, ge=1, le=10_000)
+    handshake_seconds: float = Field(default=10.0, gt=0, le=300)
+    receive_seconds: float = Field(default=10.0, gt=0, le=300)
+    connection_idle_seconds: float = Field(default=300.0, gt=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _slots(self) -> ControlSection:
+        if self.max_calls_per_operator > self.max_concurrent_rpcs:
+            raise ValueError("max_calls_per_operator must be <= max_concurrent_rpcs")
+        return self
 
     @field_validator("address")
     @classmethod

@@ -28,18 +28,18 @@ import asyncio
 import ipaddress
 import logging
 import resource
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
-from fedplat.server.config import ConfigError, ServerSection
+from fedplat.server.config import ConfigError, ControlSection, ServerSection
 from grpc_health.v1 import health, health_pb2
 
 from fedplat.proto import common_pb2 as common
 from fedplat.proto import fedplat_pb2 as pb
 from fedplat.proto.streams import Malformed, parse_chunk, parse_or_malformed
-from fedplat.protocol.errors import FedplatError, InvalidArgument, ResourceExhausted
-from fedplat.transport.limits import StreamSlots
+from fedplat.protocol.errors import FedplatError, ResourceExhausted
+from fedplat.transport.limits import StreamSlots, read_one
 from fedplat.transport.status import status_of
 
 log = logging.getLogger("fedplat.server.grpc")
@@ -82,19 +82,41 @@ def grpc_options(s: ServerSection) -> list[tuple[str, int]]:
     ]
 
 
-def fd_limit_needed(s: ServerSection) -> int:
-    """File descriptors the caps need: one per connection, plus our own files."""
-    return s.max_connections + FD_RESERVE
+def control_options(c: ControlSection) -> list[tuple[str, int]]:
+    """The control API server's options: small requests, few connections and
+    streams, handshakes and idle connections cut (docs/control.md, "Bounds")."""
+    ms = 1000
+    return [
+        ("grpc.max_receive_message_length", 64 * KiB),
+        ("grpc.max_send_message_length", 16 * 1024 * KiB),
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.max_allowed_incoming_connections", c.max_connections),
+        ("grpc.max_concurrent_streams", c.max_calls_per_operator),
+        ("grpc.server_handshake_timeout_ms", int(c.handshake_seconds * ms)),
+        ("grpc.max_connection_idle_ms", int(c.connection_idle_seconds * ms)),
+        ("grpc.max_connection_age_ms", 3600 * ms),
+        ("grpc.max_connection_age_grace_ms", 60 * ms),
+        ("grpc.max_metadata_size", 8 * KiB),
+    ]
 
 
-def check_fd_headroom(s: ServerSection) -> int:
+def fd_limit_needed(s: ServerSection, control: ControlSection | None = None) -> int:
+    """File descriptors the caps need: one per connection (the device API's and
+    the control API's), plus our own files."""
+    extra = control.max_connections if control is not None else 0
+    return s.max_connections + extra + FD_RESERVE
+
+
+def check_fd_headroom(s: ServerSection, control: ControlSection | None = None) -> int:
     """Raise the soft open-file limit to cover the caps (up to the hard limit);
     ConfigError when even the hard limit cannot. Returns the soft limit.
 
     With the connection cap below the limit, a flood of connections is refused
     at accept and never takes the descriptors a checkpoint or the store needs.
     """
-    need = fd_limit_needed(s)
+    need = fd_limit_needed(s, control)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need:
         target = need if hard == resource.RLIM_INFINITY else min(need, hard)
@@ -104,10 +126,12 @@ def check_fd_headroom(s: ServerSection) -> int:
         except (ValueError, OSError):
             pass
     if soft != resource.RLIM_INFINITY and soft < need:
-        fits = max(0, soft - FD_RESERVE)
+        extra = need - s.max_connections - FD_RESERVE
+        fits = max(0, soft - FD_RESERVE - extra)
+        also = f" (+ control.max_connections {extra})" if extra else ""
         raise ConfigError(
             f"the open-file limit is {soft} (ulimit -n); server.max_connections "
-            f"{s.max_connections} needs {need}: raise the limit, or set "
+            f"{s.max_connections}{also} needs {need}: raise the limit, or set "
             f"server.max_connections to at most {fits}"
         )
     return int(soft)
@@ -163,21 +187,6 @@ def bounded_parser(cls: Any, limit: int, what: str) -> Callable[[bytes], Any]:
         return parse_or_malformed(cls, raw)
 
     return parse
-
-
-async def read_one(it: AsyncIterator[Any], seconds: float, rpc: str) -> Any:
-    """The one request of a unary call served as a stream, within ``seconds``."""
-    try:
-        msg = await asyncio.wait_for(anext(it), seconds)
-    except StopAsyncIteration:
-        raise InvalidArgument(f"{rpc} needs a request message") from None
-    except TimeoutError:
-        raise ResourceExhausted(
-            f"{rpc} request did not arrive within {seconds:g} s"
-        ) from None
-    if isinstance(msg, Malformed):
-        raise InvalidArgument(msg.reason)
-    return msg
 
 
 def peer_address(context: grpc.aio.ServicerContext) -> str:
@@ -263,6 +272,7 @@ __all__ = [
     "address_key",
     "bounded_parser",
     "check_fd_headroom",
+    "control_options",
     "fd_limit_needed",
     "grpc_options",
     "health_handler",

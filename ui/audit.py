@@ -2,9 +2,10 @@
 
 Each audit event (kind ``audit``, written by :mod:`fedplat.control.audit`) is
 one row: when, who (certificate name, role, fingerprint prefix), what (method
-and target), the result, and the run it concerns. The values come from
-certificates and callers, so the page shows them as table cells (text, never
-Markdown).
+and target), the result, and the run it concerns (kept in the event's details:
+audit events are filed with no run, so runs' own feeds stay theirs). The values
+come from certificates and callers, so the page shows them as table cells (text,
+never Markdown).
 """
 
 from __future__ import annotations
@@ -36,11 +37,17 @@ def audit_frame(
                 "method": str(d.get("method", "")),
                 "target": str(d.get("target", "")),
                 "result": str(d.get("result", "")),
-                "run": run_names.get(e.run_id, e.run_id) if e.run_id else "",
+                "run": _run(e.run_id or d.get("run_id"), run_names),
                 "fingerprint": str(d.get("fingerprint", ""))[:16],
             }
         )
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+
+
+def _run(run_id: object, run_names: Mapping[str, str]) -> str:
+    if not run_id:
+        return ""
+    return run_names.get(str(run_id), str(run_id))
 
 
 def refused(frame: pd.DataFrame) -> pd.DataFrame:

@@ -156,6 +156,11 @@ def register(sub: Any) -> None:
         help="write the tokens to this file (mode 0600) instead of standard output",
     )
     tl = tsub.add_parser("list", help="tokens and their state (never the secrets)")
+    tl.add_argument(
+        "--all",
+        action="store_true",
+        help="with the control API: also used, expired and revoked tokens",
+    )
     tr = tsub.add_parser("revoke", help="revoke an unused token")
     tr.add_argument("id", help="token id (the part after 'fpt1.')")
     for sp in (tc, tl, tr):

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fedplat.cli.common import CliError
+
 
 def service_flags(p: argparse.ArgumentParser) -> None:
     """``--profile``, ``--service``, ``--ca``, ``--cert``, ``--key``."""
@@ -37,6 +39,14 @@ def client(args: argparse.Namespace) -> Any:
     return ControlClient(profile)
 
 
+def _say(text: str) -> None:
+    """Print a line of what the service answered, control characters escaped
+    (a name or a target cannot move the terminal's cursor or forge a line)."""
+    from fedplat.control.audit import printable
+
+    print(printable(text, 10_000))
+
+
 def _when(unix: float) -> str:
     if not unix:
         return "-"
@@ -57,25 +67,25 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     with client(args) as c:
         if args.runs_command == "ls":
-            for r in c.call("ListRuns", pb.Empty()).runs:
-                print(_run_line(r))
+            for r in c.call("ListRuns", pb.ListRunsRequest(limit=args.limit)).runs:
+                _say(_run_line(r))
             return 0
         if args.runs_command == "stop":
             r = c.call(
                 "StopRun", pb.StopRunRequest(run=args.id, reason=args.reason or "")
             )
-            print(
+            _say(
                 f"run {r.name} is stopping (the coordinator ends it after its "
                 "current step)"
             )
             return 0
         r = c.call("GetRun", pb.RunRef(run=args.id))
-        print(_run_line(r))
-        print(f"  started {_when(r.started_unix)}  finished {_when(r.finished_unix)}")
+        _say(_run_line(r))
+        _say(f"  started {_when(r.started_unix)}  finished {_when(r.finished_unix)}")
         if r.phase:
-            print(f"  phase {r.phase}, {r.live_clients} clients live")
+            _say(f"  phase {r.phase}, {r.live_clients} clients live")
         if r.reason:
-            print(f"  reason: {r.reason}")
+            _say(f"  reason: {r.reason}")
         return 0
 
 
@@ -85,13 +95,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
     with client(args) as c:
         if args.devices_command == "revoke":
             d = c.call("RevokeDevice", pb.DeviceRef(run=args.run, id=args.id))
-            print(
+            _say(
                 f"device {d.id} ({d.name}) revoked; the coordinator refuses it from "
                 "its next call"
             )
             return 0
         for d in c.call("ListDevices", pb.RunRef(run=args.run)).devices:
-            print(
+            _say(
                 f"{d.id}  {d.state:11} {d.name}  key {d.public_key_prefix or '-'}  "
                 f"examples {d.num_examples}  last seen {_when(d.last_seen_unix)}"
             )
@@ -125,10 +135,11 @@ def tokens_via_service(args: argparse.Namespace) -> int:
             return 0
         if args.tokens_command == "revoke":
             t = c.call("RevokeToken", pb.TokenRef(id=args.id))
-            print(f"token {t.id} {t.state}")
+            _say(f"token {t.id} {t.state}")
             return 0
-        for t in c.call("ListTokens", pb.Empty()).tokens:
-            print(
+        request = pb.ListTokensRequest(limit=1000, all=args.all)
+        for t in c.call("ListTokens", request).tokens:
+            _say(
                 f"{t.id}  {t.state:8} expires {_when(t.expires_unix)}  "
                 f"run {t.run_name or '*'}"
             )
@@ -139,9 +150,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from fedplat.control.client import pb
 
     with client(args) as c:
-        for e in c.call("ListAudit", pb.AuditRequest(limit=args.limit)).entries:
+        request = pb.AuditRequest(
+            limit=args.limit, refused_only=args.refused, method=args.method or ""
+        )
+        for e in c.call("ListAudit", request).entries:
             target = f" {e.target}" if e.target else ""
-            print(
+            _say(
                 f"{_when(e.at_unix)}  {e.operator} ({e.role})  {e.method}{target}: "
                 f"{e.result}"
             )
@@ -151,13 +165,39 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_operators(args: argparse.Namespace) -> int:
     from fedplat.control.client import pb
 
+    if args.operators_command in ("unrevoke", "revoked"):
+        return _operators_in_store(args)
     with client(args) as c:
         c.call(
             "RevokeOperator",
             pb.OperatorRef(fingerprint=args.fingerprint, name=args.name or ""),
         )
-        print(f"operator certificate {args.fingerprint[:16]}... revoked")
+        _say(f"operator certificate {args.fingerprint[:16]}... revoked")
         return 0
+
+
+def _operators_in_store(args: argparse.Namespace) -> int:
+    """``fedplat operators revoked|unrevoke --db URL``: the store's owner lists
+    or undoes revocations (e.g. after a leaked admin certificate revoked the
+    others), with the database's credentials, not an operator's."""
+    from fedplat.cli.admin import _open
+    from fedplat.store import StoreError
+
+    with _open(args.db) as store:
+        try:
+            if args.operators_command == "revoked":
+                for fp, name, by in store.list_operator_revocations():
+                    _say(f"{fp}  {name}  revoked by {by}")
+                return 0
+            done = store.unrevoke_operator(args.fingerprint)
+        except StoreError as exc:
+            raise CliError(str(exc)) from None
+    _say(
+        f"operator certificate {args.fingerprint[:16]}... accepted again"
+        if done
+        else f"operator certificate {args.fingerprint[:16]}... was not revoked"
+    )
+    return 0
 
 
 def cmd_whoami(args: argparse.Namespace) -> int:
@@ -165,7 +205,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
     with client(args) as c:
         me = c.call("WhoAmI", pb.Empty())
-        print(f"{me.name} ({me.role}) certificate {me.fingerprint}")
+        _say(f"{me.name} ({me.role}) certificate {me.fingerprint}")
         return 0
 
 
@@ -173,7 +213,8 @@ def register(sub: Any) -> None:
     """Add ``fedplat runs|devices|audit|operators|whoami``."""
     r = sub.add_parser("runs", help="runs of a coordinator (control API)")
     rsub = r.add_subparsers(dest="runs_command", required=True)
-    rl = rsub.add_parser("ls", help="every run the service's store holds")
+    rl = rsub.add_parser("ls", help="the runs the service's store holds, newest first")
+    rl.add_argument("--limit", type=int, default=100, help="at most this many (1000)")
     rs = rsub.add_parser("show", help="one run")
     rs.add_argument("id", help="run name or id")
     rt = rsub.add_parser(
@@ -197,6 +238,8 @@ def register(sub: Any) -> None:
 
     a = sub.add_parser("audit", help="the control API's audit log, newest first")
     a.add_argument("--limit", type=int, default=50, help="entries (at most 1000)")
+    a.add_argument("--refused", action="store_true", help="refused calls only")
+    a.add_argument("--method", help="calls of this method only (e.g. StopRun)")
     service_flags(a)
     a.set_defaults(func=cmd_audit)
 
@@ -209,6 +252,16 @@ def register(sub: Any) -> None:
     orv.add_argument("--name", help="whose it is (recorded)")
     service_flags(orv)
     orv.set_defaults(func=cmd_operators)
+    oun = osub.add_parser(
+        "unrevoke", help="accept a revoked certificate again (in the store: --db)"
+    )
+    oun.add_argument("fingerprint", help="SHA-256 of the certificate")
+    ols = osub.add_parser(
+        "revoked", help="the revoked certificates (in the store: --db)"
+    )
+    for sp in (oun, ols):
+        sp.add_argument("--db", required=True, help="store URL or SQLite path")
+        sp.set_defaults(func=cmd_operators)
 
     w = sub.add_parser("whoami", help="who the control API takes you for")
     service_flags(w)

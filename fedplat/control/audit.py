@@ -1,12 +1,15 @@
 """Who may call what on the control API, and the audit trail of every call.
 
-Every call ends in one audit event in the store (kind ``audit``, the run's id
-when the call names a run): who (certificate name, role, fingerprint), what
-(method and target), when, and the result (``ok`` or the refusal). Refusals of
-one caller are recorded at a bounded rate (:data:`REFUSALS_BURST` at once,
-:data:`REFUSALS_PER_SECOND` sustained); a refusal that could not be recorded is
-counted and said in that caller's next recorded entry, so a flood of refused
-calls cannot grow the store without bound and none goes unmentioned.
+Every call ends in one audit event in the store: kind ``audit``, filed with no
+run (so runs' own event feeds stay theirs) and the run it named, if any, in its
+details; who (certificate name, role, fingerprint), what (method and target),
+when, and the result (``ok`` or the refusal). Every text field is made
+printable first (:func:`printable`: a control character is written as its
+escape), so no caller can forge a line of the log or send a terminal escape.
+Refusals of one caller are recorded at a bounded rate (:data:`REFUSALS_BURST`
+at once, :data:`REFUSALS_PER_SECOND` sustained); a refusal that could not be
+recorded is counted and said in that caller's next recorded entry. Allowed
+calls are bounded by the servicer's per-certificate call rate.
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ REFUSALS_BURST = 20
 REFUSALS_PER_SECOND = 0.2
 #: Callers whose refusal budgets are remembered (the oldest is forgotten).
 MAX_CALLERS = 10_000
+
+
+def printable(text: str, limit: int = 300) -> str:
+    """``text`` with every non-printable character escaped (``\\n``,
+    ``\\x1b``), cut to ``limit`` characters."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return out[:limit]
 
 
 @dataclass(frozen=True)
@@ -89,27 +99,28 @@ class AuditTrail:
     ) -> None:
         """One audit event; a refusal (``result`` not ``ok``) within its budget."""
         key = caller.fingerprint or caller.name
-        target, result = target[:200], result[:300]
         if result != "ok" and not self._may_record_refusal(key):
             return
         with self._lock:
             missed = self._unrecorded.pop(key, 0)
         details: dict[str, Any] = {
-            "operator": caller.name,
-            "role": caller.role,
-            "fingerprint": caller.fingerprint,
-            "method": method,
-            "target": target,
-            "result": result,
+            "operator": printable(caller.name, 64),
+            "role": printable(caller.role, 120),
+            "fingerprint": printable(caller.fingerprint, 64),
+            "method": printable(method, 32),
+            "target": printable(target, 200),
+            "result": printable(result),
+            "run_id": run_id,
         }
         if missed:
             details["refusals_not_recorded_before"] = missed
-        who = f"{caller.name} ({caller.role})"
+        d = details
         try:
             self._store.add_event(
-                run_id,
+                None,
                 AUDIT_KIND,
-                f"{who} {method} {target}: {result}"[:500],
+                f"{d['operator']} ({d['role']}) {d['method']} {d['target']}: "
+                f"{d['result']}",
                 level="info" if result == "ok" else "warning",
                 details=details,
             )
@@ -117,4 +128,4 @@ class AuditTrail:
             log.exception("control: could not record the audit event")
 
 
-__all__ = ["AUDIT_KIND", "NEEDS", "AuditTrail", "Caller"]
+__all__ = ["AUDIT_KIND", "NEEDS", "AuditTrail", "Caller", "printable"]

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcontrol.proto\x12\x12\x66\x65\x64plat.control.v1\"\x07\n\x05\x45mpty\"\x15\n\x06RunRef\x12\x0b\n\x03run\x18\x01 \x01(\t\"\xea\x01\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x15\n\rcurrent_round\x18\x04 \x01(\r\x12\x14\n\x0ctotal_rounds\x18\x05 \x01(\r\x12\x15\n\rbest_accuracy\x18\x06 \x01(\x01\x12\r\n\x05phase\x18\x07 \x01(\t\x12\x14\n\x0clive_clients\x18\x08 \x01(\r\x12\x14\n\x0cstarted_unix\x18\t \x01(\x01\x12\x15\n\rfinished_unix\x18\n \x01(\x01\x12\x0e\n\x06reason\x18\x0b \x01(\t\x12\x13\n\x0bserved_here\x18\x0c \x01(\x08\"0\n\x07RunList\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.fedplat.control.v1.Run\"-\n\x0eStopRunRequest\x12\x0b\n\x03run\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x91\x01\n\x06\x44\x65vice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x14\n\x0cnum_examples\x18\x04 \x01(\x04\x12\x19\n\x11public_key_prefix\x18\x05 \x01(\t\x12\x15\n\renrolled_unix\x18\x06 \x01(\x01\x12\x16\n\x0elast_seen_unix\x18\x07 \x01(\x01\"9\n\nDeviceList\x12+\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x1a.fedplat.control.v1.Device\"$\n\tDeviceRef\x12\x0b\n\x03run\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"s\n\x13\x43reateTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12\x17\n\x0f\x65xpires_seconds\x18\x02 \x01(\x01\x12\x10\n\x08run_name\x18\x03 \x01(\t\x12\x14\n\x0cmax_examples\x18\x04 \x01(\x04\x12\x0c\n\x04note\x18\x05 \x01(\t\"h\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x10\n\x08run_name\x18\x03 \x01(\t\x12\x14\n\x0c\x65xpires_unix\x18\x04 \x01(\x01\x12\x0c\n\x04note\x18\x05 \x01(\t\x12\x0e\n\x06secret\x18\x06 \x01(\t\"6\n\tTokenList\x12)\n\x06tokens\x18\x01 \x03(\x0b\x32\x19.fedplat.control.v1.Token\"\x16\n\x08TokenRef\x12\n\n\x02id\x18\x01 \x01(\t\"0\n\x0bOperatorRef\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x1d\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\r\"\x82\x01\n\nAuditEntry\x12\x0f\n\x07\x61t_unix\x18\x01 \x01(\x01\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x12\x0e\n\x06method\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0e\n\x06result\x18\x07 \x01(\t\"<\n\tAuditList\x12/\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1e.fedplat.control.v1.AuditEntry\";\n\x08Identity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t2\xb1\x06\n\x07\x43ontrol\x12\x41\n\x06WhoAmI\x12\x19.fedplat.control.v1.Empty\x1a\x1c.fedplat.control.v1.Identity\x12\x42\n\x08ListRuns\x12\x19.fedplat.control.v1.Empty\x1a\x1b.fedplat.control.v1.RunList\x12=\n\x06GetRun\x12\x1a.fedplat.control.v1.RunRef\x1a\x17.fedplat.control.v1.Run\x12\x46\n\x07StopRun\x12\".fedplat.control.v1.StopRunRequest\x1a\x17.fedplat.control.v1.Run\x12I\n\x0bListDevices\x12\x1a.fedplat.control.v1.RunRef\x1a\x1e.fedplat.control.v1.DeviceList\x12I\n\x0cRevokeDevice\x12\x1d.fedplat.control.v1.DeviceRef\x1a\x1a.fedplat.control.v1.Device\x12V\n\x0c\x43reateTokens\x12\'.fedplat.control.v1.CreateTokensRequest\x1a\x1d.fedplat.control.v1.TokenList\x12\x46\n\nListTokens\x12\x19.fedplat.control.v1.Empty\x1a\x1d.fedplat.control.v1.TokenList\x12\x46\n\x0bRevokeToken\x12\x1c.fedplat.control.v1.TokenRef\x1a\x19.fedplat.control.v1.Token\x12L\n\x0eRevokeOperator\x12\x1f.fedplat.control.v1.OperatorRef\x1a\x19.fedplat.control.v1.Empty\x12L\n\tListAudit\x12 .fedplat.control.v1.AuditRequest\x1a\x1d.fedplat.control.v1.AuditListb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcontrol.proto\x12\x12\x66\x65\x64plat.control.v1\"\x07\n\x05\x45mpty\" \n\x0fListRunsRequest\x12\r\n\x05limit\x18\x01 \x01(\r\"\x15\n\x06RunRef\x12\x0b\n\x03run\x18\x01 \x01(\t\"\xea\x01\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x15\n\rcurrent_round\x18\x04 \x01(\r\x12\x14\n\x0ctotal_rounds\x18\x05 \x01(\r\x12\x15\n\rbest_accuracy\x18\x06 \x01(\x01\x12\r\n\x05phase\x18\x07 \x01(\t\x12\x14\n\x0clive_clients\x18\x08 \x01(\r\x12\x14\n\x0cstarted_unix\x18\t \x01(\x01\x12\x15\n\rfinished_unix\x18\n \x01(\x01\x12\x0e\n\x06reason\x18\x0b \x01(\t\x12\x13\n\x0bserved_here\x18\x0c \x01(\x08\"0\n\x07RunList\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.fedplat.control.v1.Run\"-\n\x0eStopRunRequest\x12\x0b\n\x03run\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x91\x01\n\x06\x44\x65vice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x14\n\x0cnum_examples\x18\x04 \x01(\x04\x12\x19\n\x11public_key_prefix\x18\x05 \x01(\t\x12\x15\n\renrolled_unix\x18\x06 \x01(\x01\x12\x16\n\x0elast_seen_unix\x18\x07 \x01(\x01\"9\n\nDeviceList\x12+\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x1a.fedplat.control.v1.Device\"$\n\tDeviceRef\x12\x0b\n\x03run\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"s\n\x13\x43reateTokensRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12\x17\n\x0f\x65xpires_seconds\x18\x02 \x01(\x01\x12\x10\n\x08run_name\x18\x03 \x01(\t\x12\x14\n\x0cmax_examples\x18\x04 \x01(\x04\x12\x0c\n\x04note\x18\x05 \x01(\t\"h\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x10\n\x08run_name\x18\x03 \x01(\t\x12\x14\n\x0c\x65xpires_unix\x18\x04 \x01(\x01\x12\x0c\n\x04note\x18\x05 \x01(\t\x12\x0e\n\x06secret\x18\x06 \x01(\t\"6\n\tTokenList\x12)\n\x06tokens\x18\x01 \x03(\x0b\x32\x19.fedplat.control.v1.Token\"/\n\x11ListTokensRequest\x12\r\n\x05limit\x18\x01 \x01(\r\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"\x16\n\x08TokenRef\x12\n\n\x02id\x18\x01 \x01(\t\"0\n\x0bOperatorRef\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"X\n\x0c\x41uditRequest\x12\r\n\x05limit\x18\x01 \x01(\r\x12\x14\n\x0crefused_only\x18\x02 \x01(\x08\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x65\x66ore_unix\x18\x04 \x01(\x01\"\x92\x01\n\nAuditEntry\x12\x0f\n\x07\x61t_unix\x18\x01 \x01(\x01\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x12\x0e\n\x06method\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0e\n\x06result\x18\x07 \x01(\t\x12\x0e\n\x06run_id\x18\x08 \x01(\t\"<\n\tAuditList\x12/\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1e.fedplat.control.v1.AuditEntry\";\n\x08Identity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t2\xc7\x06\n\x07\x43ontrol\x12\x41\n\x06WhoAmI\x12\x19.fedplat.control.v1.Empty\x1a\x1c.fedplat.control.v1.Identity\x12L\n\x08ListRuns\x12#.fedplat.control.v1.ListRunsRequest\x1a\x1b.fedplat.control.v1.RunList\x12=\n\x06GetRun\x12\x1a.fedplat.control.v1.RunRef\x1a\x17.fedplat.control.v1.Run\x12\x46\n\x07StopRun\x12\".fedplat.control.v1.StopRunRequest\x1a\x17.fedplat.control.v1.Run\x12I\n\x0bListDevices\x12\x1a.fedplat.control.v1.RunRef\x1a\x1e.fedplat.control.v1.DeviceList\x12I\n\x0cRevokeDevice\x12\x1d.fedplat.control.v1.DeviceRef\x1a\x1a.fedplat.control.v1.Device\x12V\n\x0c\x43reateTokens\x12\'.fedplat.control.v1.CreateTokensRequest\x1a\x1d.fedplat.control.v1.TokenList\x12R\n\nListTokens\x12%.fedplat.control.v1.ListTokensRequest\x1a\x1d.fedplat.control.v1.TokenList\x12\x46\n\x0bRevokeToken\x12\x1c.fedplat.control.v1.TokenRef\x1a\x19.fedplat.control.v1.Token\x12L\n\x0eRevokeOperator\x12\x1f.fedplat.control.v1.OperatorRef\x1a\x19.fedplat.control.v1.Empty\x12L\n\tListAudit\x12 .fedplat.control.v1.AuditRequest\x1a\x1d.fedplat.control.v1.AuditListb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,38 +33,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EMPTY']._serialized_start=37
   _globals['_EMPTY']._serialized_end=44
-  _globals['_RUNREF']._serialized_start=46
-  _globals['_RUNREF']._serialized_end=67
-  _globals['_RUN']._serialized_start=70
-  _globals['_RUN']._serialized_end=304
-  _globals['_RUNLIST']._serialized_start=306
-  _globals['_RUNLIST']._serialized_end=354
-  _globals['_STOPRUNREQUEST']._serialized_start=356
-  _globals['_STOPRUNREQUEST']._serialized_end=401
-  _globals['_DEVICE']._serialized_start=404
-  _globals['_DEVICE']._serialized_end=549
-  _globals['_DEVICELIST']._serialized_start=551
-  _globals['_DEVICELIST']._serialized_end=608
-  _globals['_DEVICEREF']._serialized_start=610
-  _globals['_DEVICEREF']._serialized_end=646
-  _globals['_CREATETOKENSREQUEST']._serialized_start=648
-  _globals['_CREATETOKENSREQUEST']._serialized_end=763
-  _globals['_TOKEN']._serialized_start=765
-  _globals['_TOKEN']._serialized_end=869
-  _globals['_TOKENLIST']._serialized_start=871
-  _globals['_TOKENLIST']._serialized_end=925
-  _globals['_TOKENREF']._serialized_start=927
-  _globals['_TOKENREF']._serialized_end=949
-  _globals['_OPERATORREF']._serialized_start=951
-  _globals['_OPERATORREF']._serialized_end=999
-  _globals['_AUDITREQUEST']._serialized_start=1001
-  _globals['_AUDITREQUEST']._serialized_end=1030
-  _globals['_AUDITENTRY']._serialized_start=1033
-  _globals['_AUDITENTRY']._serialized_end=1163
-  _globals['_AUDITLIST']._serialized_start=1165
-  _globals['_AUDITLIST']._serialized_end=1225
-  _globals['_IDENTITY']._serialized_start=1227
-  _globals['_IDENTITY']._serialized_end=1286
-  _globals['_CONTROL']._serialized_start=1289
-  _globals['_CONTROL']._serialized_end=2106
+  _globals['_LISTRUNSREQUEST']._serialized_start=46
+  _globals['_LISTRUNSREQUEST']._serialized_end=78
+  _globals['_RUNREF']._serialized_start=80
+  _globals['_RUNREF']._serialized_end=101
+  _globals['_RUN']._serialized_start=104
+  _globals['_RUN']._serialized_end=338
+  _globals['_RUNLIST']._serialized_start=340
+  _globals['_RUNLIST']._serialized_end=388
+  _globals['_STOPRUNREQUEST']._serialized_start=390
+  _globals['_STOPRUNREQUEST']._serialized_end=435
+  _globals['_DEVICE']._serialized_start=438
+  _globals['_DEVICE']._serialized_end=583
+  _globals['_DEVICELIST']._serialized_start=585
+  _globals['_DEVICELIST']._serialized_end=642
+  _globals['_DEVICEREF']._serialized_start=644
+  _globals['_DEVICEREF']._serialized_end=680
+  _globals['_CREATETOKENSREQUEST']._serialized_start=682
+  _globals['_CREATETOKENSREQUEST']._serialized_end=797
+  _globals['_TOKEN']._serialized_start=799
+  _globals['_TOKEN']._serialized_end=903
+  _globals['_TOKENLIST']._serialized_start=905
+  _globals['_TOKENLIST']._serialized_end=959
+  _globals['_LISTTOKENSREQUEST']._serialized_start=961
+  _globals['_LISTTOKENSREQUEST']._serialized_end=1008
+  _globals['_TOKENREF']._serialized_start=1010
+  _globals['_TOKENREF']._serialized_end=1032
+  _globals['_OPERATORREF']._serialized_start=1034
+  _globals['_OPERATORREF']._serialized_end=1082
+  _globals['_AUDITREQUEST']._serialized_start=1084
+  _globals['_AUDITREQUEST']._serialized_end=1172
+  _globals['_AUDITENTRY']._serialized_start=1175
+  _globals['_AUDITENTRY']._serialized_end=1321
+  _globals['_AUDITLIST']._serialized_start=1323
+  _globals['_AUDITLIST']._serialized_end=1383
+  _globals['_IDENTITY']._serialized_start=1385
+  _globals['_IDENTITY']._serialized_end=1444
+  _globals['_CONTROL']._serialized_start=1447
+  _globals['_CONTROL']._serialized_end=2286
 # @@protoc_insertion_point(module_scope)

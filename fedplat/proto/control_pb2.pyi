@@ -9,6 +9,12 @@ class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ListRunsRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
 class RunRef(_message.Message):
     __slots__ = ("run",)
     RUN_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +131,14 @@ class TokenList(_message.Message):
     tokens: _containers.RepeatedCompositeFieldContainer[Token]
     def __init__(self, tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ...) -> None: ...
 
+class ListTokensRequest(_message.Message):
+    __slots__ = ("limit", "all")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    all: bool
+    def __init__(self, limit: _Optional[int] = ..., all: bool = ...) -> None: ...
+
 class TokenRef(_message.Message):
     __slots__ = ("id",)
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -140,13 +154,19 @@ class OperatorRef(_message.Message):
     def __init__(self, fingerprint: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class AuditRequest(_message.Message):
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "refused_only", "method", "before_unix")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_UNIX_FIELD_NUMBER: _ClassVar[int]
     limit: int
-    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+    refused_only: bool
+    method: str
+    before_unix: float
+    def __init__(self, limit: _Optional[int] = ..., refused_only: bool = ..., method: _Optional[str] = ..., before_unix: _Optional[float] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
-    __slots__ = ("at_unix", "operator", "role", "fingerprint", "method", "target", "result")
+    __slots__ = ("at_unix", "operator", "role", "fingerprint", "method", "target", "result", "run_id")
     AT_UNIX_FIELD_NUMBER: _ClassVar[int]
     OPERATOR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +174,7 @@ class AuditEntry(_message.Message):
     METHOD_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     at_unix: float
     operator: str
     role: str
@@ -161,7 +182,8 @@ class AuditEntry(_message.Message):
     method: str
     target: str
     result: str
-    def __init__(self, at_unix: _Optional[float] = ..., operator: _Optional[str] = ..., role: _Optional[str] = ..., fingerprint: _Optional[str] = ..., method: _Optional[str] = ..., target: _Optional[str] = ..., result: _Optional[str] = ...) -> None: ...
+    run_id: str
+    def __init__(self, at_unix: _Optional[float] = ..., operator: _Optional[str] = ..., role: _Optional[str] = ..., fingerprint: _Optional[str] = ..., method: _Optional[str] = ..., target: _Optional[str] = ..., result: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class AuditList(_message.Message):
     __slots__ = ("entries",)

@@ -41,7 +41,7 @@ class ControlStub(object):
                 _registered_method=True)
         self.ListRuns = channel.unary_unary(
                 '/fedplat.control.v1.Control/ListRuns',
-                request_serializer=control__pb2.Empty.SerializeToString,
+                request_serializer=control__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=control__pb2.RunList.FromString,
                 _registered_method=True)
         self.GetRun = channel.unary_unary(
@@ -71,7 +71,7 @@ class ControlStub(object):
                 _registered_method=True)
         self.ListTokens = channel.unary_unary(
                 '/fedplat.control.v1.Control/ListTokens',
-                request_serializer=control__pb2.Empty.SerializeToString,
+                request_serializer=control__pb2.ListTokensRequest.SerializeToString,
                 response_deserializer=control__pb2.TokenList.FromString,
                 _registered_method=True)
         self.RevokeToken = channel.unary_unary(
@@ -181,7 +181,7 @@ def add_ControlServicer_to_server(servicer, server):
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuns,
-                    request_deserializer=control__pb2.Empty.FromString,
+                    request_deserializer=control__pb2.ListRunsRequest.FromString,
                     response_serializer=control__pb2.RunList.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
@@ -211,7 +211,7 @@ def add_ControlServicer_to_server(servicer, server):
             ),
             'ListTokens': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTokens,
-                    request_deserializer=control__pb2.Empty.FromString,
+                    request_deserializer=control__pb2.ListTokensRequest.FromString,
                     response_serializer=control__pb2.TokenList.SerializeToString,
             ),
             'RevokeToken': grpc.unary_unary_rpc_method_handler(
@@ -282,7 +282,7 @@ class Control(object):
             request,
             target,
             '/fedplat.control.v1.Control/ListRuns',
-            control__pb2.Empty.SerializeToString,
+            control__pb2.ListRunsRequest.SerializeToString,
             control__pb2.RunList.FromString,
             options,
             channel_credentials,
@@ -444,7 +444,7 @@ class Control(object):
             request,
             target,
             '/fedplat.control.v1.Control/ListTokens',
-            control__pb2.Empty.SerializeToString,
+            control__pb2.ListTokensRequest.SerializeToString,
             control__pb2.TokenList.FromString,
             options,
             channel_credentials,

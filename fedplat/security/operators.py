@@ -24,7 +24,14 @@ from typing import Literal, get_args
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fedplat.security.certs import CertError, Issued, _issue, _load_pem, fingerprint
+from fedplat.security.certs import (
+    _NAME,
+    CertError,
+    Issued,
+    _issue,
+    _load_pem,
+    fingerprint,
+)
 
 Role = Literal["viewer", "operator", "admin"]
 #: In increasing order of what they may do.
@@ -66,6 +73,18 @@ def issue_operator(
     )
 
 
+def is_operator_certificate(cert_pem: bytes) -> bool:
+    """Whether a PEM certificate carries an operator role (a device API refuses
+    it: an operator's certificate is never a device's)."""
+    try:
+        cert = _load_pem(cert_pem)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except (CertError, x509.ExtensionNotFound, ValueError):
+        return False
+    uris = san.value.get_values_for_type(x509.UniformResourceIdentifier)
+    return any(u.startswith(ROLE_URI_PREFIX) for u in uris)
+
+
 def operator_from_pem(cert_pem: bytes) -> Operator:
     """The operator a (CA-verified) certificate names; :class:`CertError` if it
     is not an operator certificate (no role URI, two of them, or no clientAuth)."""
@@ -89,8 +108,12 @@ def operator_from_pem(cert_pem: bytes) -> Operator:
         raise CertError("not an operator certificate (no clientAuth usage)")
     cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     name = str(cns[0].value) if cns else ""
-    if not name:
-        raise CertError("operator certificate without a common name")
+    if not _NAME.match(name):
+        # What `fedplat certs` issues; a CA that signs any name cannot put
+        # newlines or escape sequences into the audit trail through it.
+        raise CertError(
+            "operator certificate name: 1-64 letters, digits, '.', '_', '-'"
+        )
     return Operator(name, check_role(roles[0]), fingerprint(cert_pem))
 
 
@@ -100,6 +123,7 @@ __all__ = [
     "Operator",
     "Role",
     "check_role",
+    "is_operator_certificate",
     "issue_operator",
     "operator_from_pem",
 ]

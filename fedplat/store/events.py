@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -29,6 +30,7 @@ from fedplat.store.validate import (
     _KIND_MAX,
     _NAME_MAX,
     StoreError,
+    _aware,
     _choice,
     _count,
     _encode,
@@ -198,8 +200,10 @@ class EventsStore(StoreBase):
         run_id: str | None = None,
         kind: str | None = None,
         limit: int | None = None,
+        before: datetime | None = None,
     ) -> list[EventRecord]:
-        """Return events, newest first, optionally of one run and/or kind.
+        """Return events, newest first, optionally of one run and/or kind, and
+        older than ``before`` (paging back through a log).
 
         ``run_id=None`` means events of every run and coordinator-wide ones.
         """
@@ -208,6 +212,8 @@ class EventsStore(StoreBase):
             query = query.where(Event.run_id == run_id)
         if kind is not None:
             query = query.where(Event.kind == kind)
+        if before is not None:
+            query = query.where(Event.created_at < _aware("before", before))
         query = query.order_by(Event.created_at.desc(), Event.id.desc())
         if limit is not None:
             query = query.limit(_count("limit", limit, minimum=1))

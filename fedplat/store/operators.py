@@ -37,6 +37,17 @@ class OperatorsStore(StoreBase):
             session.add(row)
             return True
 
+    def unrevoke_operator(self, fingerprint: str) -> bool:
+        """Accept the operator certificate ``fingerprint`` again (the store's
+        owner undoing a revocation); ``False`` if it was not revoked."""
+        fp = _fingerprint(fingerprint)
+        with self._write() as session:
+            row = session.get(OperatorRevocation, fp)
+            if row is None:
+                return False
+            session.delete(row)
+            return True
+
     def operator_revoked(self, fingerprint: str) -> bool:
         """Whether the operator certificate ``fingerprint`` is revoked."""
         with self._read() as session:

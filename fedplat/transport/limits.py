@@ -5,20 +5,25 @@ few callers holding streams open cannot take every slot (the handlers also time
 out idle streams). :class:`RefusalLog` counts refused calls by kind and logs at
 most one line per kind per interval, so a flood of bad calls cannot flood the
 log. :class:`TokenBucket` bounds a rate (enrolments, refusal records, audit
-entries of one caller).
+entries of one caller). :func:`read_one` reads a unary call served as a
+stream within a deadline, so a caller that never sends its request cannot hold
+a slot.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from fedplat.protocol.errors import ResourceExhausted
+from fedplat.proto.streams import Malformed
+from fedplat.protocol.errors import InvalidArgument, ResourceExhausted
 
-__all__ = ["RefusalLog", "StreamSlots", "TokenBucket"]
+__all__ = ["RefusalLog", "StreamSlots", "TokenBucket", "read_one"]
 
 
 class TokenBucket:
@@ -141,3 +146,18 @@ class RefusalLog:
     def counts(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+
+async def read_one(it: AsyncIterator[Any], seconds: float, rpc: str) -> Any:
+    """The one request of a unary call served as a stream, within ``seconds``."""
+    try:
+        msg = await asyncio.wait_for(anext(it), seconds)
+    except StopAsyncIteration:
+        raise InvalidArgument(f"{rpc} needs a request message") from None
+    except TimeoutError:
+        raise ResourceExhausted(
+            f"{rpc} request did not arrive within {seconds:g} s"
+        ) from None
+    if isinstance(msg, Malformed):
+        raise InvalidArgument(msg.reason)
+    return msg

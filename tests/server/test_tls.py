@@ -149,3 +149,28 @@ def test_mutual_tls_binds_the_client_to_its_certificate(
     run = store.get_run_by_name("test")
     assert run is not None and len(store.list_clients(run.id)) == 1
     assert check_store(store) == []
+
+
+def test_an_operator_certificate_cannot_enrol_as_a_device(
+    tmp_path: Path, pki: Path
+) -> None:
+    from fedplat.security.operators import issue_operator
+
+    if not (pki / "op-viewer.pem").exists():
+        issue_operator(pki, "op-viewer", role="viewer")
+    srv, raw = _serve(tmp_path, pki, mutual=True)
+    try:
+        channel = grpc.ssl_channel_credentials(
+            (pki / "ca.pem").read_bytes(),
+            (pki / "op-viewer.key").read_bytes(),
+            (pki / "op-viewer.pem").read_bytes(),
+        )
+        raw_client = RawClient(
+            raw["server"]["address"], srv.coord.layout, credentials=channel
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            raw_client.enroll()
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "operator certificate" in (info.value.details() or "")
+    finally:
+        srv.stop()
