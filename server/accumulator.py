@@ -246,6 +246,9 @@ class MaskedSum(RunningSum):
         super().__init__(d, weighted=False)
         self.sketch_space = sketch_space
         self.unclipped: int | None = None
+        # How far fixed-point rounding may move one contribution (L2): central
+        # DP's noise covers it (server/central_dp.py, release).
+        self.rounding = 0.0
 
     def check_upload(self) -> None:
         from fedplat.compression.wire import PayloadError
@@ -260,13 +263,18 @@ class MaskedSum(RunningSum):
         raise AssertionError("unreachable")
 
     def set_result(
-        self, total: torch.Tensor, accepted: list[Accepted], unclipped: int | None
+        self,
+        total: torch.Tensor,
+        accepted: list[Accepted],
+        unclipped: int | None,
+        rounding: float = 0.0,
     ) -> None:
         with self._lock:
             self.sum = total.to(torch.float64)
             self.total_weight = float(len(accepted))
             self._accepted = {a.row: a for a in accepted}
             self.unclipped = unclipped
+            self.rounding = rounding
 
 
 Accumulator = RowStack | RunningSum

@@ -148,6 +148,7 @@ def _dp_release(
         len(accepted),
         unclipped,
         plan.sketch_sum(round_number) if acc.sketch_space else None,
+        rounding=acc.rounding if isinstance(acc, MaskedSum) else 0.0,
     )
     return rel, accepted, _verdicts(accepted, 1.0 / rel.expected, clipped)
 

@@ -217,12 +217,22 @@ class CentralDP:
         count: int,
         unclipped: int,
         sketch: SketchSum | None = None,
+        rounding: float = 0.0,
     ) -> Release:
         """Noise the sum ``total`` and divide by ``m``: ``[d]`` updates
         (:func:`dp_fedavg_release`), or the sum of ``[b]`` sketches, noised in
         sketch space and de-sketched (:func:`dp_sketch_release`, each sketch was
-        clipped: norm bound 1)."""
-        m, c, z, g = self.expected, self.clip, self.sum_multiplier, self._noise
+        clipped: norm bound 1).
+
+        ``rounding``: how far one contribution may have moved after clipping,
+        in L2 (secure aggregation's fixed-point rounding,
+        :meth:`fedplat.secagg.FixedPoint.sensitivity` minus its clip norm); the
+        noise is calibrated to the sensitivity ``C + rounding``, what one
+        client's contribution to the released sum can actually be."""
+        if not (math.isfinite(rounding) and rounding >= 0.0):
+            raise ValueError(f"rounding must be finite and >= 0, got {rounding}")
+        m, z, g = self.expected, self.sum_multiplier, self._noise
+        c = self.clip + rounding
         if sketch is None:
             rel = dp_fedavg_release(
                 total, count, expected=m, clip_norm=c, noise_multiplier=z, generator=g

@@ -225,9 +225,11 @@ def settle_secagg(r: Round, plan: UplinkPlan, recorder: Recorder) -> None:
         # fixed-point error (far below clip_norm / 2).
         bits = round(float(total[acc.d]) / plan.clip_norm)
         unclipped = min(max(bits, 0), len(survivors))
+    fp = sa.config.fixed_point
     acc.set_result(
         total[: acc.d].to(torch.float64),
         [Accepted(c, r.assignments[c].row, 1.0) for c in survivors],
         unclipped,
+        rounding=fp.sensitivity - fp.clip_norm,
     )
     r.secagg_succeeded(survivors)

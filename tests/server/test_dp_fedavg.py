@@ -338,3 +338,30 @@ def test_rounds_that_sample_nobody_complete_and_are_stored(tmp_path: Path) -> No
         assert check_store(store) == []
     finally:
         store.close()
+
+
+def test_secure_aggregation_noise_covers_the_rounding(tmp_path: Path) -> None:
+    """Under secure aggregation one client's decoded contribution may be off its
+    clipped update by the fixed-point rounding r = sqrt(d') / (2 s): the noise is
+    z (C + r), not z C (FixedPoint.sensitivity)."""
+    from fedplat.server.accumulator import MaskedSum
+
+    from fedplat.secagg import FixedPoint
+
+    cfg = _cfg(
+        tmp_path,
+        privacy={"mode": "central", "noise_multiplier": 1.0, "population": 4},
+    )
+    plan = UplinkPlan(cfg, LAYOUT)
+    assert plan.central is not None
+    fp = FixedPoint(D, plan.clip_norm, 4, rotate=False, session=b"s")
+    rounding = fp.sensitivity - fp.clip_norm
+    assert rounding > 0
+    acc = MaskedSum(D, sketch_space=False)
+    acc.set_result(torch.zeros(D, dtype=torch.float64), [], 0, rounding=rounding)
+    step = _step(plan, acc, cfg)
+    assert step.release is not None
+    z = plan.central.sum_multiplier
+    assert step.release.noise_std == pytest.approx(z * (plan.clip_norm + rounding))
+    plain = _step(plan, RunningSum(D, weighted=False), cfg).release
+    assert plain is not None and plain.noise_std == pytest.approx(z * plan.clip_norm)
