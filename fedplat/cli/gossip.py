@@ -11,8 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedplat.cli.common import CliError
-from fedplat.cli.gossip_flags import security_flags, timing_flags, training_flags
+from fedplat.cli.common import CliError, add_import_paths
+from fedplat.cli.gossip_flags import (
+    app_dir_flag,
+    security_flags,
+    timing_flags,
+    training_flags,
+)
 
 
 def _gossip_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,26 +55,53 @@ def _peer_security(args: argparse.Namespace, peers: set[str] | None) -> Any:
     )
 
 
+def _specs_from_flags(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The data and model of a peer without a scenario: bundled or the app's."""
+    from fedplat.gossip.scenario import DataSpec, ModelSpec
+
+    apps = [
+        flag
+        for flag, value in (
+            ("--model-factory", args.model_factory),
+            ("--eval-data", args.eval_data),
+        )
+        if value is not None
+    ]
+    if args.client_data is None and apps:
+        raise CliError(
+            f"{' and '.join(apps)} {'is' if len(apps) == 1 else 'are'} the app's, "
+            "but no --client-data names this node's data (it would train on the "
+            f"bundled {args.dataset!r}); add --client-data 'package.module:fn', "
+            "called as fn(index, num_nodes) and returning node index's (x, y)"
+        )
+    if args.client_data is not None or args.eval_data is not None:
+        data = DataSpec(clients=args.client_data, eval=args.eval_data)
+    else:
+        data = DataSpec(dataset=args.dataset, partition=args.partition)
+    if args.model_factory is not None:
+        model = ModelSpec(factory=args.model_factory, params=args.model_params or {})
+    else:
+        params = {"hidden": [32]} if args.model_params is None else args.model_params
+        model = ModelSpec(name=args.model, params=params)
+    return data, model
+
+
 def _peer_from_flags(args: argparse.Namespace, seeds: tuple[str, ...]) -> Any:
     """A peer configured by flags (no scenario file)."""
     from fedplat.gossip.node import PeerConfig, PeerNode
-    from fedplat.gossip.scenario import DataSpec, ModelSpec
-    from fedplat.gossip.setup import build_model, load_node_data
+    from fedplat.gossip.setup import load_node_data, model_for
     from fedplat.protocol.task import TrainingSettings
 
     index = args.partition_id if args.partition_id is not None else int(args.id)
+    data_spec, model_spec = _specs_from_flags(args)
     data = load_node_data(
-        DataSpec(dataset=args.dataset, partition=args.partition),
+        data_spec,
         args.num_nodes,
         args.seed,
         {index} if args.no_data else set(),
+        nodes={index},
     )
-    model = build_model(
-        ModelSpec(name=args.model, params=args.model_params),
-        data.test.input_shape,
-        data.test.num_classes,
-        args.seed,
-    )
+    model = model_for(model_spec, data.test, args.seed)
     cfg = PeerConfig(
         node_id=args.id,
         listen=args.listen,
@@ -100,6 +132,7 @@ def cmd_gossip_node(args: argparse.Namespace) -> int:
     from fedplat.gossip.scenario import load_scenario
 
     torch.set_num_threads(args.threads)
+    add_import_paths(args.app_dir)
     seeds = tuple(x for x in (args.seeds or "").split(",") if x)
     try:
         if args.scenario:
@@ -177,12 +210,15 @@ def cmd_gossip_sim(args: argparse.Namespace) -> int:
     from fedplat.gossip.sim import GossipSimulation, RoundMetrics, RoundObserver
 
     torch.set_num_threads(args.threads)
+    add_import_paths(args.app_dir)
     try:
         scenario = load_scenario(args.scenario)
+        # Loads the data and builds the model: the app's plug-ins fail here.
+        sim = GossipSimulation(scenario)
     except ScenarioError as exc:
         print(f"fedplat: {exc}", file=sys.stderr)
         return 2
-    observers: list[RoundObserver] = []
+    observers: list[RoundObserver] = sim.observers
     store = None
     if args.store:
         from fedplat.store import Store
@@ -207,7 +243,7 @@ def cmd_gossip_sim(args: argparse.Namespace) -> int:
             post["acc"] = f"{m.mean_accuracy:.4f}"
         bar.set_postfix(post)
 
-    res = GossipSimulation(scenario, observers=observers).run(on_round)
+    res = sim.run(on_round)
     bar.close()
     summary = {
         "scenario": scenario.name,
@@ -260,6 +296,7 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
         "--min-round-s",
         str(args.min_round_s),
     ]
+    add_import_paths(args.app_dir)
     store = None
     recorder = None
     if args.store:
@@ -274,6 +311,7 @@ def cmd_gossip_run(args: argparse.Namespace) -> int:
             peer_args=peer_args,
             recorder=recorder,
             insecure=args.insecure,
+            app_dir=args.app_dir,
         )
     except (ScenarioError, ValueError, OSError) as exc:  # scenario, certificates
         raise CliError(str(exc)) from exc
@@ -337,6 +375,7 @@ def _node_parser(gsub: Any) -> None:
     timing_flags(n)
     security_flags(n)
     training_flags(n)
+    app_dir_flag(n)
     n.set_defaults(func=cmd_gossip_node)
 
 
@@ -365,6 +404,7 @@ def register(sub: Any) -> None:
     s.add_argument("--output", help="write a JSON summary here")
     s.add_argument("--threads", type=int, default=1, help="torch threads")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    app_dir_flag(s)
     s.set_defaults(func=cmd_gossip_sim)
 
     r = gsub.add_parser(
@@ -392,4 +432,5 @@ def register(sub: Any) -> None:
         help="plaintext peers, no TLS (signatures still checked); test hosts only",
     )
     timing_flags(r)
+    app_dir_flag(r)
     r.set_defaults(func=cmd_gossip_run)

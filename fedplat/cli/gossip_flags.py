@@ -113,8 +113,21 @@ def training_flags(n: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--model-params",
         type=json_arg,
-        default={"hidden": [32]},
-        help="model keyword arguments as a JSON object",
+        help="model keyword arguments as a JSON object (default for --model: "
+        '{"hidden": [32]}; none for --model-factory)',
+    )
+    t.add_argument(
+        "--model-factory",
+        help="the app's model, 'package.module:fn' (instead of --model)",
+    )
+    t.add_argument(
+        "--client-data",
+        help="the app's per-node data, 'package.module:fn' called as "
+        "fn(index, num_nodes) -> (x, y) (instead of --dataset; needs --eval-data)",
+    )
+    t.add_argument(
+        "--eval-data",
+        help="the app's held-out data, 'package.module:fn' called as fn() -> (x, y)",
     )
     t.add_argument("--rounds", type=int, default=20, help="gossip rounds")
     t.add_argument(
@@ -137,3 +150,13 @@ def training_flags(n: argparse.ArgumentParser) -> None:
         help="compressor parameters as a JSON object",
     )
     t.add_argument("--seed", type=int, default=0, help="data split and model seed")
+
+
+def app_dir_flag(sp: argparse.ArgumentParser) -> None:
+    """``--app-dir``: where the plug-ins are imported from (as ``fedplat sim``)."""
+    sp.add_argument(
+        "--app-dir",
+        help="folder to import the app's plug-ins from (model.factory, "
+        "data.clients, data.eval given as 'package.module:fn'); the working "
+        "directory is always importable",
+    )

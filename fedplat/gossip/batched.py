@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from fedplat.data import Dataset
+from fedplat.models.training import TrainData
 from fedplat.protocol.task import TrainingSettings
 from fedplat.vectors import Layout, layout_of
 
@@ -88,7 +88,7 @@ class StackedModel:
     def train(
         self,
         x: torch.Tensor,
-        datasets: Sequence[Dataset],
+        datasets: Sequence[TrainData],
         seeds: Sequence[int],
         training: TrainingSettings,
     ) -> torch.Tensor:
@@ -98,8 +98,8 @@ class StackedModel:
         ----------
         x : torch.Tensor
             float32 ``[k, d]``: one weight vector per training node.
-        datasets : sequence of Dataset
-            ``k`` non-empty local datasets (same input shape).
+        datasets : sequence of TrainData
+            ``k`` non-empty local datasets ``x [N_i, ...]`` (same input shape).
         seeds : sequence of int
             ``k`` shuffling seeds; node ``i`` draws ``torch.randperm`` from
             ``torch.Generator().manual_seed(seeds[i])`` once per epoch, exactly
@@ -155,7 +155,7 @@ class StackedModel:
         for step in range(total):
             cols = slice(step * batch_size, (step + 1) * batch_size)
             bi = idx[:, cols]
-            xb = x_all[bi]  # [k, B, C, H, W]
+            xb = x_all[bi]  # [k, B, ...]
             yb = y_all[bi]
             g = self._grad(self._params(w), xb, yb, mask[:, cols])
             w -= lr * self._flat(g, k)
@@ -163,7 +163,7 @@ class StackedModel:
 
     @torch.no_grad()
     def accuracy(
-        self, x: torch.Tensor, data: Dataset, chunk: int = 1000
+        self, x: torch.Tensor, data: TrainData, chunk: int = 1000
     ) -> torch.Tensor:
         """Test accuracy of each row of ``x`` on ``data``.
 
@@ -171,7 +171,7 @@ class StackedModel:
         ----------
         x : torch.Tensor
             float32 ``[k, d]``.
-        data : Dataset
+        data : TrainData
             Shared test set ``[T, ...]``.
         chunk : int
             Test examples per forward pass (bounds memory at ``k * chunk *``

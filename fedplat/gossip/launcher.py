@@ -33,14 +33,13 @@ from pathlib import Path
 import torch
 
 from fedplat.compression import Payload
-from fedplat.data import load_dataset
 from fedplat.gossip import mixing as mx
 from fedplat.gossip.client import PeerClient
 from fedplat.gossip.network import GraphChange, NetworkState
 from fedplat.gossip.pki import OBSERVER, make_cluster
 from fedplat.gossip.recorder import GossipRecorder
 from fedplat.gossip.scenario import load_scenario
-from fedplat.gossip.setup import build_model
+from fedplat.gossip.setup import check_app, load_test, model_for
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.sim import RoundMetrics
 from fedplat.gossip.topology import components, edge_list
@@ -124,6 +123,11 @@ class ProcessLauncher:
     insecure : bool
         Plaintext peers (no TLS; signatures still checked): the explicit,
         logged choice for a test host.
+    app_dir : path, optional
+        Folder the scenario's plug-ins (``model.factory``, ``data.clients``,
+        ``data.eval``) are imported from, in this process and in every peer's
+        (``--app-dir``). They are checked once here, on node 0's data, before
+        any peer starts.
     """
 
     def __init__(
@@ -137,9 +141,14 @@ class ProcessLauncher:
         env: dict[str, str] | None = None,
         poll_s: float = 0.25,
         insecure: bool = False,
+        app_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = Path(scenario_path).resolve()
         self.scenario = load_scenario(self.path)
+        self.app_dir = None if app_dir is None else Path(app_dir).resolve()
+        if self.app_dir is not None and str(self.app_dir) not in sys.path:
+            sys.path.insert(0, str(self.app_dir))
+        check_app(self.scenario)
         self.network = NetworkState(self.scenario)
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -204,6 +213,7 @@ class ProcessLauncher:
             self.address(i),
             *(["--seeds", seeds] if seeds else []),
             *self.cluster.node_args(str(i)),
+            *(["--app-dir", str(self.app_dir)] if self.app_dir else []),
             *self.peer_args,
             *extra,
         ]
@@ -304,8 +314,7 @@ class ProcessLauncher:
         if self.recorder is None:
             return
         s = self.scenario
-        test = load_dataset(s.data.dataset, "test")
-        template = build_model(s.model, test.input_shape, test.num_classes, s.seed)
+        template = model_for(s.model, load_test(s.data), s.seed)
         self.recorder.start(
             s,
             layout_of(template).to_dict(),

@@ -41,7 +41,6 @@ import torch
 from torch import nn
 
 from fedplat.compression import dense_size
-from fedplat.data import Dataset
 from fedplat.gossip import mixing as mx
 from fedplat.gossip.client import channel_options
 from fedplat.gossip.config import PeerConfig
@@ -54,10 +53,11 @@ from fedplat.gossip.outbound import Outbound
 from fedplat.gossip.scenario import Scenario
 from fedplat.gossip.security import PeerSecurity, warn_if_insecure
 from fedplat.gossip.server import PeerServer, PeerService
-from fedplat.gossip.setup import build_model, load_node_data
+from fedplat.gossip.setup import accuracy, load_node_data, model_for
 from fedplat.gossip.signing import Signer
 from fedplat.gossip.state import PeerState
-from fedplat.models import evaluate, train_epochs
+from fedplat.models import train_epochs
+from fedplat.models.training import TrainData
 from fedplat.proto.serde import layout_to_proto
 from fedplat.protocol.errors import FedplatError
 from fedplat.protocol.peer import PeerStatus
@@ -91,9 +91,10 @@ class PeerNode:
     model : nn.Module
         The architecture and the starting weights (the same seeded init on
         every peer).
-    train : Dataset, optional
-        Local data; ``None`` or empty for a relay-only peer.
-    test : Dataset, optional
+    train : TrainData, optional
+        Local data, ``x [N, ...]`` of any shape and ``y`` int64 ``[N]``;
+        ``None`` or empty for a relay-only peer.
+    test : TrainData, optional
         Evaluation data for the reported accuracy.
     network : NetworkState, optional
         A scenario replay: links the scenario cuts are blocked at the scheduled
@@ -106,8 +107,8 @@ class PeerNode:
         self,
         config: PeerConfig,
         model: nn.Module,
-        train: Dataset | None = None,
-        test: Dataset | None = None,
+        train: TrainData | None = None,
+        test: TrainData | None = None,
         network: NetworkState | None = None,
         *,
         security: PeerSecurity,
@@ -314,7 +315,7 @@ class PeerNode:
             self._mix(r)
         if self.test is not None and (r % cfg.eval_every == 0 or r == cfg.rounds):
             load_vector(self.model, st.estimate(), self.layout)
-            st.accuracy = evaluate(self.model, self.test).accuracy
+            st.accuracy = accuracy(self.model, self.test)
         self.stopping.wait(max(0.0, cfg.min_round_s - (time.monotonic() - t0)))
         with st.lock:
             st.round = r
@@ -442,18 +443,22 @@ def peer_from_scenario(
 ) -> PeerNode:
     """The peer for node ``node`` of a scenario (its data share, model, rule).
 
+    With the app's data (``data.clients``) only this node's share is loaded.
+
     ``overrides`` are :class:`PeerConfig` fields (timeouts, pacing, ...). Only
     the scenario's nodes (and the membership's observers) are admitted.
     """
     network = NetworkState(scenario)
     is_relay = (not network.has_data(node)) if relay is None else relay
     data = load_node_data(
-        scenario.data, network.n, scenario.seed, {node} if is_relay else set()
+        scenario.data,
+        network.n,
+        scenario.seed,
+        {node} if is_relay else set(),
+        nodes={node},
     )
     test = data.test
-    model = build_model(
-        scenario.model, test.input_shape, test.num_classes, scenario.seed
-    )
+    model = model_for(scenario.model, test, scenario.seed)
     t, m = scenario.training, scenario.mixing
     cfg = PeerConfig(
         node_id=str(node),

@@ -19,6 +19,16 @@ keys are rejected and every error names the offending field. Example::
       - {round: 40, action: heal}
       - {round: 45, action: rejoin, nodes: removed}
 
+An app of one's own replaces the bundled dataset and model with the run file's
+plug-ins (imported from the working directory or ``--app-dir``)::
+
+    model: {factory: "app:model_factory"}
+    data: {clients: "app:client_data", eval: "app:eval_data"}
+
+Node ``i`` of ``n`` trains on ``client_data(i, n)``'s ``(x [N, ...], y [N])``
+and every node reports its accuracy on ``eval_data()``. A scenario whose model
+or test data is the app's but that names no ``data.clients`` is refused.
+
 Timing: rounds are numbered ``1 .. rounds``; an event at ``round: r`` happens
 *after* round ``r`` has finished and before round ``r + 1`` starts (``r = 0``:
 before the first round). Battery deaths fire at ``round + lifetime``.
@@ -60,6 +70,7 @@ from fedplat.config import Strict, read_mapping, validation_message
 from fedplat.gossip.mixing import DEFAULT_RULE, MIXING_RULES
 from fedplat.gossip.topology import TopologyError, TopologyKind, build_topology
 from fedplat.protocol.task import TrainingSettings
+from fedplat.server.config import ModelSection
 
 __all__ = [
     "Event",
@@ -86,19 +97,65 @@ class TopologySpec(BaseModel):
 
 
 class DataSpec(Strict):
+    """A bundled dataset split over the nodes, or the app's own data.
+
+    ``clients`` and ``eval`` are the run file's plug-ins (``data.clients``,
+    ``data.eval``, :class:`fedplat.server.config.DataSection`): import paths
+    ``"package.module:fn"``; node ``i`` of ``n`` trains on ``clients(i, n)`` and
+    every node evaluates on ``eval(**eval_params)``. They replace ``dataset``
+    and its split (``partition``, ``alpha``, ``shards_per_client``).
+    """
+
     dataset: str = "digits"
     partition: Literal["iid", "dirichlet", "shards", "label_sorted"] = "iid"
     alpha: float | None = Field(default=None, gt=0)
     shards_per_client: int | None = Field(default=None, ge=1)
+    clients: str | None = None
+    eval: str | None = None
+    eval_params: dict[str, Any] = Field(default_factory=dict)
     # Evaluate each node on this many test examples per round (None: whole split).
     test_examples: int | None = Field(default=None, ge=1)
     # The final evaluation (last round) uses this many (None: whole split).
     final_test_examples: int | None = Field(default=None, ge=1)
 
+    @field_validator("clients", "eval")
+    @classmethod
+    def _import_path(cls, spec: str | None) -> str | None:
+        if spec is None:
+            return None
+        module, sep, attr = spec.partition(":")
+        if not sep or not module.strip() or not attr.strip():
+            raise ValueError(f"{spec!r} must look like 'package.module:function'")
+        return spec
 
-class ModelSpec(Strict):
-    name: str = "mlp"
-    params: dict[str, Any] = Field(default_factory=dict)
+    @model_validator(mode="after")
+    def _app_or_bundled(self) -> DataSpec:
+        if self.clients is not None and self.eval is None:
+            raise ValueError(
+                "data.clients needs data.eval: the nodes evaluate on the app's "
+                "held-out data, not on a bundled dataset"
+            )
+        if self.eval_params and self.eval is None:
+            raise ValueError("data.eval_params needs data.eval")
+        split = {"dataset", "partition", "alpha", "shards_per_client"}
+        given = sorted(split & self.model_fields_set)
+        if self.clients is not None and given:
+            raise ValueError(
+                f"data.{', data.'.join(given)} split a bundled dataset; "
+                "data.clients splits the app's data itself"
+            )
+        return self
+
+    @property
+    def is_app(self) -> bool:
+        """The nodes train on the app's data (``clients``), not a bundled set."""
+        return self.clients is not None
+
+
+class ModelSpec(ModelSection):
+    """The run file's model section (:class:`fedplat.server.config.ModelSection`):
+    a registered ``name`` (default ``mlp``) or the app's ``factory``, with
+    ``params``."""
 
 
 class TrainingSpec(TrainingSettings):
@@ -317,6 +374,27 @@ def _check_against_graph(s: Scenario, g: nx.Graph) -> list[str]:
     return errors
 
 
+def _missing_plugin(data: DataSpec, model: ModelSpec) -> str | None:
+    """Why the nodes cannot train (the model or the test data is the app's but
+    no per-node data plug-in is named), or ``None``."""
+    if data.clients is not None:
+        return None
+    apps = [
+        f"{key} {value!r}"
+        for key, value in (("model.factory", model.factory), ("data.eval", data.eval))
+        if value is not None
+    ]
+    if not apps:
+        return None
+    return (
+        f"the {' and '.join(apps)} {'is' if len(apps) == 1 else 'are'} "
+        f"the app's, but it names no data.clients for the nodes (they would train "
+        f"on the bundled {data.dataset!r}); add data: {{clients: "
+        "'package.module:fn'}, called as fn(index, num_nodes) and returning node "
+        "index's (x, y)"
+    )
+
+
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate a mapping (parsed YAML/TOML) into a :class:`Scenario`.
 
@@ -332,6 +410,9 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     except ValidationError as exc:
         header = f"invalid scenario {source}:"
         raise ScenarioError(validation_message(exc, header)) from None
+    missing = _missing_plugin(s.data, s.model)
+    if missing is not None:
+        raise ScenarioError(f"invalid scenario {source}: data.clients: {missing}")
     try:
         g = s.graph()
     except TopologyError as exc:

@@ -41,7 +41,7 @@ from fedplat.gossip.batched import StackedModel
 from fedplat.gossip.links import make_compressor
 from fedplat.gossip.network import GraphChange, NetworkState
 from fedplat.gossip.scenario import Scenario
-from fedplat.gossip.setup import NodeData, build_model, load_node_data, test_subset
+from fedplat.gossip.setup import NodeData, load_node_data, model_for, test_subset
 from fedplat.gossip.topology import adjacency, components
 from fedplat.vectors import flatten
 
@@ -194,9 +194,7 @@ class GossipSimulation:
         self.test_final = test_subset(
             test, scenario.data.final_test_examples, scenario.seed
         )
-        self.template = build_model(
-            scenario.model, test.input_shape, test.num_classes, scenario.seed
-        )
+        self.template = model_for(scenario.model, test, scenario.seed)
         self.stack = StackedModel(self.template)
         self.init = flatten(self.template, self.stack.layout)
         self.x = self.init.repeat(n, 1)

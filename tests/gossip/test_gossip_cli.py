@@ -90,7 +90,8 @@ def test_disruption_bench_smoke(tmp_path: Path) -> None:
         == 0
     )
     data = json.loads(out.read_text())
-    assert set(data) == {"rows", "baseline_accuracy", "setup"}
+    assert set(data) == {"rows", "baseline_accuracy", "setup", "environment"}
+    assert data["environment"]["commit"]  # every result says which code made it
     assert len(data["rows"]) == 4  # degree/random x with/without data
     for row in data["rows"]:
         assert set(row) == {
@@ -183,12 +184,13 @@ def test_gossip_node_without_membership_is_a_usage_error(
 
 
 def test_every_example_scenario_gets_certificates_keys_and_a_membership(
-    tmp_path: Path,
+    tmp_path: Path, tabular_app: Path
 ) -> None:
     from fedplat.gossip.launcher import ProcessLauncher
 
     for path in sorted(EXAMPLES.glob("*.*")):
-        launcher = ProcessLauncher(path, tmp_path / path.stem)
+        # tabular_ring.yaml's plug-ins are checked as the launcher starts.
+        launcher = ProcessLauncher(path, tmp_path / path.stem, app_dir=tabular_app)
         files = launcher.cluster
         n = launcher.network.n
         members = files.load_membership()
