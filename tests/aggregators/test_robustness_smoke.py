@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -68,28 +69,93 @@ def test_tau_is_chosen_on_validation_data_never_on_the_test_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO))
-    from dataclasses import replace
+    import numpy as np
 
-    from bench.robustness import TINY, load_data
-    from bench.robustness_tau import main
+    import bench.robustness_tau as rt
+    from bench.robustness import TINY, VALIDATION_SEED, load_data
 
-    # The validation set is drawn from the training split, disjoint from what the
-    # clients train on.
-    setup = replace(TINY, validation=300)
-    data = load_data(setup)
-    full = load_data(TINY)
-    assert len(data.test) == 300
+    # What every scored run trains and evaluates on (tiny mode: one worker, so
+    # the data is built in this process and handed to run_jobs).
+    seen: list[Any] = []
+    real_run_jobs = rt.run_jobs
 
-    def rows(x: torch.Tensor) -> list[tuple[float, ...]]:
-        return sorted(tuple(r) for r in x.flatten(1).tolist())
+    def spy(setup: Any, data: Any, jobs: Any, workers: int) -> Any:
+        seen.append(data)
+        return real_run_jobs(setup, data, jobs, workers)
 
-    # Training rows + validation rows are exactly the full training split.
-    assert rows(torch.cat([data.train.x, data.test.x])) == rows(full.train.x)
-
+    monkeypatch.setattr(rt, "run_jobs", spy)
     out = tmp_path / "tau.json"
-    assert main(["--tiny", "--taus", "1", "100", "--out", str(out)]) == 0
+    assert rt.main(["--tiny", "--taus", "1", "100", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["setup"]["validation_examples"] == 300
-    best = max(res["taus"], key=lambda t: (res["mean_by_tau"][f"{t:g}"], -t))
-    assert res["chosen_tau"] == best
     assert len(res["scores"]) == 2 * len(TINY.attacks) * 2
+    assert len(seen) == 2  # one load per tau
+
+    # The evaluation rows are the seeded draw of 300 *training* indices, the
+    # clients train on the other indices; the test split is not read for scoring.
+    full = load_data(TINY)
+    n = len(full.train)
+    perm = np.random.default_rng(VALIDATION_SEED).permutation(n)
+    val_idx, train_idx = np.sort(perm[:300]), np.sort(perm[300:])
+    assert not set(val_idx.tolist()) & set(train_idx.tolist())
+    for data in seen:
+        assert torch.equal(data.test.x, full.train.x[val_idx])
+        assert torch.equal(data.test.y, full.train.y[val_idx])
+        assert torch.equal(data.train.x, full.train.x[train_idx])
+
+
+def _fake_scores(
+    monkeypatch: pytest.MonkeyPatch, table: dict[float, list[float]]
+) -> list[float]:
+    """Make :func:`bench.robustness_tau.tune` score tau ``t``'s jobs (in job
+    order: attack-major, then bucketing) ``table[t]``, without training."""
+    import bench.robustness_tau as rt
+    from bench.robustness import RunResult
+
+    taus_run: list[float] = []
+
+    def fake(setup: Any, data: Any, jobs: Any, workers: int) -> Any:
+        taus_run.append(setup.cclip_tau)
+        assert setup.validation > 0  # scored on held-out training rows
+        accs = table[setup.cclip_tau]
+        assert len(jobs) == len(accs)
+        for job, acc in zip(jobs, accs, strict=True):
+            yield job, RunResult(acc, acc, 0.0, setup.rounds)
+
+    monkeypatch.setattr(rt, "run_jobs", fake)
+    monkeypatch.setattr(rt, "load_data", lambda setup: None)
+    return taus_run
+
+
+def test_chosen_tau_is_the_argmax_of_mean_validation_accuracy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    from dataclasses import replace
+
+    from bench.robustness import TINY
+    from bench.robustness_tau import tune
+
+    setup = replace(TINY, rules=("centered_clipping",), validation=300)
+    # Four jobs per tau (2 attacks x without/with bucketing); dyadic values, so
+    # the means are exact: tau 10 -> 0.6875, 30 -> 0.625 (but the best single
+    # score, 1.0), 100 -> 0.75, 300 -> 0.6875.
+    table = {
+        10.0: [0.5, 0.625, 0.75, 0.875],
+        30.0: [1.0, 0.25, 1.0, 0.25],
+        100.0: [0.75, 0.75, 0.75, 0.75],
+        300.0: [0.625, 0.625, 0.75, 0.75],
+    }
+    taus_run = _fake_scores(monkeypatch, table)
+    res = tune(setup, [300.0, 30.0, 10.0, 100.0], workers=1, log=lambda _: None)
+    assert taus_run == [300.0, 30.0, 10.0, 100.0]
+    assert res["mean_by_tau"] == {"300": 0.6875, "30": 0.625, "10": 0.6875, "100": 0.75}
+    assert res["chosen_tau"] == 100.0  # the largest mean, not the largest score
+    assert [s["accuracy"] for s in res["scores"] if s["tau"] == 30.0] == table[30.0]
+
+    # Without tau 100, 10 and 300 tie at 0.6875: the smaller radius wins,
+    # whichever order the grid lists them in.
+    for taus in ([10.0, 30.0, 300.0], [300.0, 30.0, 10.0]):
+        _fake_scores(monkeypatch, table)
+        res = tune(setup, taus, workers=1, log=lambda _: None)
+        assert res["chosen_tau"] == 10.0, taus

@@ -3,7 +3,9 @@ a SuperLink, SuperNodes or Ray workers, all on 127.0.0.1, stopped at the end).""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +42,45 @@ def _check(data: dict[str, Any], supernodes: int, rounds: int) -> None:
     assert last["metrics"]["fedplat.num-accepted"] == supernodes
     assert last["metrics"]["fedplat.failed"] == 0
     assert len(last["decisions"]) == supernodes
-    assert all(
-        "clipped" not in d["flags"] or d["weight"] >= 0 for d in last["decisions"]
-    )
+    _check_weights(last["decisions"], supernodes)
     # DGC: past its first warm-up stage (density 25%) the updates are sparse.
     assert last["metrics"]["fedplat.compression-ratio"] > 2.0
+
+
+def _check_weights(decisions: list[dict[str, Any]], supernodes: int) -> None:
+    """The app's rule is centered clipping after bucketing (bucket size 2),
+    weighted by example counts (pyproject.toml). A client's weight is its
+    bucket's coefficient in the output times its share of the bucket's examples
+    (aggregators/pipeline.py), so within a bucket ``weight / examples`` is one
+    value; the coefficients plus the reference point's sum to 1, the reference
+    point's being 0 unless some bucket was clipped (aggregators/cclip.py)."""
+    from examples.flower.fedplat_flower_app.task import local_data
+
+    # Each node trains on one Dirichlet(0.5) partition (seed 0, the app's
+    # defaults); Flower's node ids do not say which, so try every assignment.
+    examples = [len(local_data(p, supernodes, 0.5, 0)) for p in range(supernodes)]
+    weights = [float(d["weight"]) for d in decisions]
+    assert all(d["selected"] for d in decisions)
+    # Every bucket keeps a share: its last clipping step adds w * min(1, tau/r).
+    assert all(w > 0 for w in weights), weights
+    total = math.fsum(weights)
+    assert total <= 1 + 1e-6, weights
+    if not any("clipped" in d["flags"] for d in decisions):
+        assert total == pytest.approx(1.0, abs=1e-6), weights
+
+    def bucketed(assignment: tuple[int, ...]) -> bool:
+        ratio = sorted(
+            (w / examples[p], tuple(d["flags"]))
+            for w, p, d in zip(weights, assignment, decisions, strict=True)
+        )
+        # Bucket mates: the same weight per example and the same flags.
+        return all(
+            a[0] == pytest.approx(b[0], rel=1e-6) and a[1] == b[1]
+            for a, b in zip(ratio[::2], ratio[1::2], strict=True)
+        )
+
+    assignments = itertools.permutations(range(supernodes))
+    assert any(bucketed(a) for a in assignments), (weights, examples)
 
 
 def test_simulation_engine(tmp_path: Path) -> None:
