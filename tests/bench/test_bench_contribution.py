@@ -28,6 +28,7 @@ KEYS = {
     "utility_evaluations",
     "seconds",
     "wall_seconds",
+    "environment",  # the commit the result came from (bench/common.py)
 }
 CLIENT_KEYS = {
     "id",

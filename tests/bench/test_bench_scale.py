@@ -43,8 +43,9 @@ def test_tiny_scale_bench(tmp_path: Path) -> None:
     assert r["rounds"] == 2 and r["hosts"] == 2
     assert r["worker_peak_rss_mb"] > 0 and r["driver_peak_rss_mb"] > 0
     assert r["inprocess_enrol_s"] > 0 and r["inprocess_round_s"] > 0
+    # The JSON rounds the ratio to 2 decimals and the times to 3.
     assert r["speedup_vs_inprocess"] == pytest.approx(
-        r["inprocess_round_s"] / r["round_s"], rel=0.01
+        r["inprocess_round_s"] / r["round_s"], rel=0.01, abs=0.006
     )
 
 
