@@ -107,7 +107,17 @@ def test_monitor_follows_a_live_run_in_chromium(
     for i in range(CLIENTS):
         procs.client(address, i, CLIENTS, token=tokens[i])
     # Same page, no reload: the live fragment must bring every round in.
-    sync_api.expect(current).to_contain_text(f"{ROUNDS} / {ROUNDS}", timeout=300_000)
+    try:
+        sync_api.expect(current).to_contain_text(
+            f"{ROUNDS} / {ROUNDS}", timeout=300_000
+        )
+    except AssertionError as exc:  # say whether the run or the page stalled
+        page.screenshot(path=str(shots / "stalled.png"), full_page=True)
+        now = store.get_run(run.id)
+        events = [(e.kind, e.message) for e in store.list_events(run.id, limit=15)]
+        raise AssertionError(
+            f"{exc}\nrun in the store: {now}\nnewest events: {events}"
+        ) from None
 
     page.reload()  # the final state, as a new visitor sees it
     accuracy = page.locator('[data-testid="stVegaLiteChart"]').filter(
