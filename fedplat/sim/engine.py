@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fedplat.client import Client
-from fedplat.protocol.errors import Unauthenticated, UnknownClient
+from fedplat.protocol.errors import ResourceExhausted, Unauthenticated, UnknownClient
 from fedplat.protocol.messages import Challenge, Enrollment, EnrollRequest
 from fedplat.server.config import RunConfig
 from fedplat.server.coordinator import Coordinator, RoundOutcome
@@ -144,6 +145,26 @@ def fail_run(coord: Coordinator, error: BaseException | str) -> str:
     return reason
 
 
+#: Attempts, and seconds between them, of an enrolment the coordinator asks
+#: to retry (a token created after it last read the store: "retry in a second").
+ENROL_ATTEMPTS = 30
+ENROL_RETRY_SECONDS = 0.5
+
+
+def enrol(client: Client, sleep: Callable[[float], None] = time.sleep) -> None:
+    """``client.enroll()``, retried while the coordinator answers
+    RESOURCE_EXHAUSTED (as the SDK's own run loop does), at most
+    :data:`ENROL_ATTEMPTS` times; any other refusal is raised at once."""
+    for attempt in range(ENROL_ATTEMPTS):
+        try:
+            client.enroll()
+            return
+        except ResourceExhausted:
+            if attempt == ENROL_ATTEMPTS - 1:
+                raise
+            sleep(ENROL_RETRY_SECONDS)
+
+
 def step_client(client: Client) -> None:
     """One poll of a selected client (its task, training and upload); a session
     that expired on the virtual clock is renewed by enrolling again."""
@@ -207,6 +228,7 @@ __all__ = [
     "VirtualClock",
     "VirtualCoordinator",
     "drive",
+    "enrol",
     "fail_run",
     "step_client",
 ]

@@ -44,6 +44,7 @@ from fedplat.sim.engine import (
     SimulationResult,
     VirtualCoordinator,
     drive,
+    enrol,
     fail_run,
     step_client,
 )
@@ -182,7 +183,7 @@ class ClientHost:
         for i, token in share:
             c = self.build(i, self._factory)
             c.enrolment_token = token or c.enrolment_token
-            c.enroll()
+            enrol(c)
             self.clients[c.client_id] = c
             ids.append(c.client_id)
         return ids

@@ -24,6 +24,7 @@ from fedplat.sim.engine import (
     VirtualClock,
     VirtualCoordinator,
     drive,
+    enrol,
     fail_run,
     step_client,
 )
@@ -75,7 +76,7 @@ def simulate(
         clients = [build_client(i, factory) for i in range(num_clients)]
         admit(store, cfg, clients)
         for c in clients:
-            c.enroll()
+            enrol(c)
         by_id = {c.client_id: c for c in clients}
 
         def step_selected(ids: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 import torch
 from fedplat.server.config import parse_config
 
@@ -121,3 +122,32 @@ def test_an_unconverged_rule_is_recorded_with_the_round(tmp_path: Path) -> None:
         assert [m.value for m in iterations] == [1.0]
         events = store.list_events(run.id, kind="aggregator_unconverged")
         assert len(events) == 1 and events[0].details["converged"] is False
+
+
+def test_enrol_retries_what_the_coordinator_asks_to_retry() -> None:
+    from fedplat.protocol.errors import PermissionDenied, ResourceExhausted
+    from fedplat.sim.engine import ENROL_ATTEMPTS, enrol
+
+    class Flaky:
+        def __init__(self, busy: int, then: Exception | None = None) -> None:
+            self.calls, self.busy, self.then = 0, busy, then
+
+        def enroll(self) -> None:
+            self.calls += 1
+            if self.calls <= self.busy:
+                raise ResourceExhausted("enrolment token not known yet; retry")
+            if self.then is not None:
+                raise self.then
+
+    waits: list[float] = []
+    ok = Flaky(busy=2)
+    enrol(ok, sleep=waits.append)  # type: ignore[arg-type]
+    assert ok.calls == 3 and len(waits) == 2
+    refused = Flaky(busy=0, then=PermissionDenied("revoked"))
+    with pytest.raises(PermissionDenied):
+        enrol(refused, sleep=waits.append)  # type: ignore[arg-type]
+    assert refused.calls == 1  # any other refusal at once
+    stuck = Flaky(busy=10**6)
+    with pytest.raises(ResourceExhausted):
+        enrol(stuck, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert stuck.calls == ENROL_ATTEMPTS
