@@ -47,7 +47,7 @@ from fedplat.protocol.errors import (
     UnknownClient,
 )
 from fedplat.protocol.messages import Challenge, EnrollRequest
-from fedplat.transport.limits import TokenBucket
+from fedplat.transport.limits import KeyedBuckets, TokenBucket
 
 # version, issuer (random per coordinator process), expiry (ms since the
 # epoch), random
@@ -197,18 +197,15 @@ class AdmissionLimits:
         self._clock = clock
         self._lock = threading.Lock()
         self._new = TokenBucket(per_second, burst, clock)
-        self._known: dict[str, TokenBucket] = {}
+        # Keys are enrolled clients' ids: bounded by admission.max_clients.
+        self._known = KeyedBuckets(REENROL_PER_SECOND, REENROL_BURST, clock)
 
     def admit(self, client_id: str | None) -> bool:
         """Spend the budget of one admission (``client_id`` None: a new client)."""
         with self._lock:
             if client_id is None:
                 return self._new.take()
-            bucket = self._known.get(client_id)
-            if bucket is None:
-                bucket = TokenBucket(REENROL_PER_SECOND, REENROL_BURST, self._clock)
-                self._known[client_id] = bucket
-            return bucket.take()
+            return self._known.take(client_id)
 
 
 class Gate:

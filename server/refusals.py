@@ -18,7 +18,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedplat.transport.limits import TokenBucket
+from fedplat.transport.limits import KeyedBuckets
 
 
 @dataclass
@@ -76,12 +76,10 @@ class RefusalBudget:
         clock: Callable[[], float],
     ) -> None:
         self.window = window
-        self._kind_budget = (burst, per_hour / 3600.0)
-        self._kinds: dict[str, TokenBucket] = {}
-        self._client_budget = (client_burst, client_per_hour / 3600.0)
+        self._kinds = KeyedBuckets(per_hour / 3600.0, burst, clock)
         self._clock = clock
         self._windows: dict[str, _Window] = {}
-        self._clients: dict[str, TokenBucket] = {}
+        self._clients = KeyedBuckets(client_per_hour / 3600.0, client_burst, clock)
 
     def admit(self, r: Rejection) -> Decision:
         now = self._clock()
@@ -95,7 +93,7 @@ class RefusalBudget:
             if w is not None and w.suppressed:
                 ended = Counted(r.kind, w.suppressed)
             w = self._windows[r.kind] = _Window(now)
-        if not self._bucket(self._kinds, r.kind, self._kind_budget).take():
+        if not self._kinds.take(r.kind):
             w.suppressed += 1
             first = w.suppressed == 1
             return Decision(Keep.FIRST_COUNTED if first else Keep.COUNTED, ended)
@@ -114,16 +112,7 @@ class RefusalBudget:
 
     def _client_allows(self, client_id: str) -> bool:
         """One more stored refusal attributed to ``client_id``."""
-        return self._bucket(self._clients, client_id, self._client_budget).take()
-
-    def _bucket(
-        self, buckets: dict[str, TokenBucket], key: str, budget: tuple[int, float]
-    ) -> TokenBucket:
-        bucket = buckets.get(key)
-        if bucket is None:
-            burst, rate = budget
-            bucket = buckets[key] = TokenBucket(rate, burst, self._clock)
-        return bucket
+        return self._clients.take(client_id)
 
 
 __all__ = ["Counted", "Decision", "Keep", "RefusalBudget", "Rejection"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from fedplat.security.operators import Operator, Role
 from fedplat.store import Store, StoreError
-from fedplat.transport.limits import TokenBucket
+from fedplat.transport.limits import KeyedBuckets
 
 log = logging.getLogger("fedplat.control")
 
@@ -73,18 +73,14 @@ class AuditTrail:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._budgets: dict[str, TokenBucket] = {}
+        self._budgets = KeyedBuckets(
+            REFUSALS_PER_SECOND, REFUSALS_BURST, max_keys=MAX_CALLERS
+        )
         self._unrecorded: dict[str, int] = {}
 
     def _may_record_refusal(self, key: str) -> bool:
         with self._lock:
-            bucket = self._budgets.get(key)
-            if bucket is None:
-                if len(self._budgets) >= MAX_CALLERS:
-                    self._budgets.pop(next(iter(self._budgets)))
-                bucket = TokenBucket(REFUSALS_PER_SECOND, REFUSALS_BURST)
-                self._budgets[key] = bucket
-            if bucket.take():
+            if self._budgets.take(key):
                 return True
             self._unrecorded[key] = self._unrecorded.get(key, 0) + 1
             return False

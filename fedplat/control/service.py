@@ -40,7 +40,7 @@ from fedplat.protocol.errors import FedplatError
 from fedplat.security.certs import CertError, fingerprint, inspect_certificate
 from fedplat.security.operators import Operator, operator_from_pem
 from fedplat.store import Store, StoreError
-from fedplat.transport.limits import StreamSlots, TokenBucket, read_one
+from fedplat.transport.limits import KeyedBuckets, StreamSlots, read_one
 from fedplat.transport.status import status_of
 
 SERVICE = "fedplat.control.v1.Control"
@@ -120,7 +120,9 @@ class ControlServicer:
         self.actions = Actions(store, served)
         self.audit = AuditTrail(store)
         self.slots = StreamSlots(self.limits.per_operator, self.limits.max_calls)
-        self._rates: dict[str, TokenBucket] = {}
+        self._rates = KeyedBuckets(
+            self.limits.calls_per_second, self.limits.burst, max_keys=MAX_RATES
+        )
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {
@@ -132,15 +134,6 @@ class ControlServicer:
             for name, cls in REQUESTS.items()
         }
         return grpc.method_handlers_generic_handler(SERVICE, methods)
-
-    def _within_rate(self, key: str) -> bool:
-        bucket = self._rates.get(key)
-        if bucket is None:
-            if len(self._rates) >= MAX_RATES:
-                self._rates.pop(next(iter(self._rates)))
-            bucket = TokenBucket(self.limits.calls_per_second, self.limits.burst)
-            self._rates[key] = bucket
-        return bucket.take()
 
     async def _authorize(self, method: str, context: Any) -> Operator:
         caller = _caller(context)
@@ -160,7 +153,7 @@ class ControlServicer:
                 f"{method} needs the {NEEDS[method]} role; "
                 f"{caller.name!r} is {caller.role}",
             )
-        if not self._within_rate(caller.fingerprint):
+        if not self._rates.take(caller.fingerprint):
             raise Refused(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"more than {self.limits.burst} calls at once or "

@@ -23,7 +23,7 @@ from typing import Any
 from fedplat.proto.streams import Malformed
 from fedplat.protocol.errors import InvalidArgument, ResourceExhausted
 
-__all__ = ["RefusalLog", "StreamSlots", "TokenBucket", "read_one"]
+__all__ = ["KeyedBuckets", "RefusalLog", "StreamSlots", "TokenBucket", "read_one"]
 
 
 class TokenBucket:
@@ -49,6 +49,34 @@ class TokenBucket:
             self._tokens -= n
             return True
         return False
+
+
+class KeyedBuckets:
+    """One :class:`TokenBucket` per key (a caller, a kind), made on first use;
+    at most ``max_keys`` remembered (the oldest forgotten first; ``None``: no
+    bound, for keys that are bounded elsewhere). Not thread-safe: callers that
+    share it hold their own lock."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int | None = None,
+    ) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self.max_keys = max_keys
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def take(self, key: str) -> bool:
+        """Spend one token of ``key``'s bucket (see :meth:`TokenBucket.take`)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if self.max_keys is not None and len(self._buckets) >= self.max_keys:
+                self._buckets.pop(next(iter(self._buckets)))
+            bucket = TokenBucket(self.rate, self.burst, self._clock)
+            self._buckets[key] = bucket
+        return bucket.take()
 
 
 class StreamSlots:
