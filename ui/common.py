@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 import altair as alt
@@ -286,42 +285,6 @@ def sidebar_settings(url: str | None) -> None:
         )
 
 
-def refresh_every() -> float | None:
-    """``run_every`` for live fragments: the refresh period, or ``None`` if off."""
-    return REFRESH_S if st.session_state.get(LIVE_KEY, True) else None
-
-
-def live(body: Callable[[], None], *, ended: Callable[[], bool] | None = None) -> None:
-    """Run ``body`` as a fragment that re-runs on its own every refresh period,
-    so a live panel updates without re-running (and resetting) the whole page.
-
-    ``ended`` says whether what the panel shows can still change (a completed or
-    failed run cannot): then it is drawn once, not re-run, since every re-run
-    greys the panel out for a moment. A panel that sees it end while refreshing
-    re-runs the page once, which stops its timer.
-    """
-    if ended is not None and ended():
-        st.fragment(body)()
-        return
-
-    def watched() -> None:
-        body()
-        if ended is not None and ended():
-            st.rerun()
-
-    st.fragment(watched, run_every=refresh_every())()
-
-
-def run_ended(url: str, run_id: str) -> bool:
-    """Whether the run is over (completed, failed or gone): nothing to refresh.
-    An interrupted run is not: its coordinator may be restarted."""
-    try:
-        view = load_run_view(url, run_id)
-    except StoreError:
-        return False  # the panel says what is wrong, and retries
-    return view is None or view.ended
-
-
 def _page_of(mode: str) -> str:
     return "views/gossip.py" if mode == "gossip" else "views/run.py"
 
@@ -461,7 +424,6 @@ __all__ = [
     "display_url",
     "fail_softly",
     "federated_runs",
-    "live",
     "load_best",
     "load_client_records",
     "load_clients",
@@ -479,9 +441,7 @@ __all__ = [
     "load_summary",
     "open_store",
     "pick_run",
-    "refresh_every",
     "run_badge",
-    "run_ended",
     "run_title",
     "show",
     "sidebar_settings",

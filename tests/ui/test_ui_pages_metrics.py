@@ -162,7 +162,7 @@ def test_a_run_of_another_page_is_pointed_to(db: dict[str, str]) -> None:
 
 
 def _fragments(monkeypatch: pytest.MonkeyPatch, ended: bool) -> list[dict[str, Any]]:
-    from fedplat.ui import common
+    from fedplat.ui import live
 
     made: list[dict[str, Any]] = []
 
@@ -170,10 +170,10 @@ def _fragments(monkeypatch: pytest.MonkeyPatch, ended: bool) -> list[dict[str, A
         made.append(kw)
         return body
 
-    monkeypatch.setattr(common.st, "fragment", fragment)
-    monkeypatch.setattr(common.st, "session_state", {})
+    monkeypatch.setattr(live.st, "fragment", fragment)
+    monkeypatch.setattr(live.st, "session_state", {})
     drawn: list[bool] = []
-    common.live(lambda: drawn.append(True), ended=lambda: ended)
+    live.live(lambda: drawn.append(True), ended=lambda: ended)
     assert drawn == [True]
     return made
 
@@ -188,10 +188,42 @@ def test_an_ended_run_is_drawn_once_not_refreshed(
 
 
 def test_run_ended_by_state(db: dict[str, str], metric_db: Any) -> None:
-    from fedplat.ui.common import run_ended
+    from fedplat.ui.live import run_ended
 
     url = str(metric_db[0])
     assert run_ended(url, db["digits-done"]) and run_ended(url, db["digits-failed"])
     assert not run_ended(url, db["digits-live"])
     assert not run_ended(url, db["digits-crashed"])  # may be restarted
     assert run_ended(url, "gone")
+
+
+def test_a_run_seen_ending_is_drawn_from_reads_after_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each cached read expires on its own clock: when the one that says "ended"
+    is newer than the ones the page draws from, the last drawing must still show
+    the end (CI once saw a page stuck at the round before the last)."""
+    from datetime import UTC, datetime
+
+    from fedplat.ui.common import load_run_view
+
+    path = tmp_path / "monitor.db"
+    ids = build_fixture_db(path)
+    keep_alive(path, ids)
+    monkeypatch.setenv(DB_ENV, str(path))
+    live = ids["digits-live"]
+    at = open_page("run", live)
+    before = metrics(at)["Current round"]
+    with Store(str(path), migrate=False) as store:
+        total = store.get_run(live).total_rounds
+        assert before == f"1 / {total}"
+        store.update_run(
+            live,
+            status="completed",
+            current_round=total,
+            finished_at=datetime.now(UTC),
+        )
+    load_run_view.clear()  # only the "has it ended?" read has expired
+    at.run()
+    assert not at.exception, at.exception
+    assert metrics(at)["Current round"] == f"{total} / {total}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import streamlit as st
-from fedplat.ui import audit, common
+from fedplat.ui import audit, common, live
 
 from fedplat.store import StoreError
 
@@ -35,7 +35,7 @@ def render() -> None:
         )
         st.dataframe(shown, hide_index=True)
 
-    common.live(panel)
+    live.live(panel)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from fedplat.ui import common, status
+from fedplat.ui import common, live, status
 from fedplat.ui.clients import ClientFilter, filter_clients
 
 from fedplat.store import StoreError
@@ -144,7 +144,7 @@ def render() -> None:
     def panel() -> None:
         _panel(url, run_id, chosen)
 
-    common.live(panel, ended=lambda: common.run_ended(url, run_id))
+    live.live_run(panel, url, run_id)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from fedplat.ui import charts, common, data
+from fedplat.ui import charts, common, data, live
 from fedplat.ui.markup import code, plain
 
 from fedplat.store import StoreError
@@ -117,7 +117,7 @@ def render() -> None:
                     common.show(charts.score_over_rounds(per_round))
         _ledger(url, run_id)
 
-    common.live(panel, ended=lambda: common.run_ended(url, run_id))
+    live.live_run(panel, url, run_id)
 
 
 if __name__ == "__main__":

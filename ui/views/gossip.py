@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
-from fedplat.ui import charts, common, data, graph
+from fedplat.ui import charts, common, data, graph, live
 from fedplat.ui.markup import plain
 
 from fedplat.store import MetricRecord, RunRecord, StoreError
@@ -157,7 +157,7 @@ def render() -> None:
         except StoreError as exc:
             common.fail_softly(exc)
 
-    common.live(panel, ended=lambda: common.run_ended(url, run_id))
+    live.live_run(panel, url, run_id)
 
 
 if __name__ == "__main__":

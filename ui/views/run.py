@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from fedplat.ui import charts, common, data, recorded, status
+from fedplat.ui import charts, common, data, live, recorded, status
 from fedplat.ui.markup import code, plain
 
 from fedplat.store import MetricRecord, RunRecord, StoreError
@@ -374,7 +374,7 @@ def render() -> None:
         except StoreError as exc:
             common.fail_softly(exc)
 
-    common.live(panel, ended=lambda: common.run_ended(url, run_id))
+    live.live_run(panel, url, run_id)
 
 
 if __name__ == "__main__":

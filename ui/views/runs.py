@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from fedplat.ui import common, recorded
+from fedplat.ui import common, live, recorded
 from fedplat.ui.markup import clean, code, plain
 
 from fedplat.best import lower_is_better
@@ -167,7 +167,7 @@ def render() -> None:
     def panel() -> None:
         _panel(url, metric)
 
-    common.live(panel)
+    live.live(panel)
 
 
 if __name__ == "__main__":
