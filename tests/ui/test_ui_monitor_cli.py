@@ -301,3 +301,17 @@ def test_the_server_refuses_websockets_for_other_host_names(
         assert _websocket_status(port, good) == 101, good
     # A page on evil.example whose name now resolves to 127.0.0.1.
     assert _websocket_status(port, "evil.example") == 403
+
+
+def test_the_installed_websockets_is_one_streamlit_serves_safely() -> None:
+    """websockets 16.1 and >= 17 decode headers as ISO-8859-1, and with uvicorn
+    before 0.52 a proxy's non-ASCII header aborts the monitor's stream handshake
+    (Streamlit warns at every start). Flower pins uvicorn below 0.50, so the ui
+    extra pins websockets to a release that decodes them right."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    ws, uv = Version(version("websockets")), Version(version("uvicorn"))
+    latin1 = ws >= Version("17") or Version("16.1") <= ws < Version("16.1.1")
+    assert not (latin1 and uv < Version("0.52")), (ws, uv)
