@@ -7,7 +7,8 @@
 #   4. make its certificates (fedplat certs) and enrolment tokens, run it with the
 #      host network on 127.0.0.1 serving TLS, check its gRPC HEALTHCHECK, let 3
 #      host-side client processes (CA + token) complete 2 rounds, stop it with
-#      SIGTERM and check it exits cleanly.
+#      SIGTERM and check it exits cleanly;
+#   5. remove the images it made.
 # Needs root, podman, buildah, runc, debootstrap (make setup installs them) and the
 # project's venv. Every process and container it starts is stopped on exit.
 #
@@ -48,6 +49,13 @@ cleanup() {
     for f in "$WORK"/client-*.log; do
       [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }
     done
+  fi
+  # The images it made go too (about 1.6 GB; the base stays only when asked to
+  # be reused). The build keeps no intermediate layers (--layers=false), so
+  # nothing dangling is left behind.
+  podman image rm -f "$IMAGE" >/dev/null 2>&1 || true
+  if [ "${FEDPLAT_DOCKER_KEEP_BASE:-0}" != 1 ]; then
+    podman image rm -f "$BASE" >/dev/null 2>&1 || true
   fi
   # debootstrap mounts /proc and /sys inside the rootfs while it works; if it was
   # interrupted they may still be there, and must not be recursed into.
@@ -103,6 +111,7 @@ fi
 step "podman build $IMAGE"
 # --format docker: OCI images drop HEALTHCHECK, and it is part of what we test.
 podman build --isolation=chroot --network=host --pull=never --format docker \
+  --layers=false \
   "${MOUNTS[@]}" "${BUILD_ARGS[@]}" \
   -f docker/Dockerfile.coordinator -t "$IMAGE" "$WORK/context" >"$WORK/build.log" \
   || { tail -40 "$WORK/build.log"; exit 1; }

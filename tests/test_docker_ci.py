@@ -35,6 +35,7 @@ def test_docker_ci_script() -> None:
     ]
     assert not missing, f"install {missing} (make setup does)"
     venv = Path(sys.executable).parent.parent  # the clients run from this venv
+    before = _images()
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "docker_ci.sh")],
         cwd=REPO,
@@ -45,6 +46,19 @@ def test_docker_ci_script() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert "docker CI passed" in proc.stdout
+    # It leaves no image behind: neither the ones it named nor dangling layers.
+    assert _images() <= before, sorted(_images() - before)
+
+
+def _images() -> set[str]:
+    """Every image id podman holds, intermediate ones included."""
+    out = subprocess.run(
+        ["podman", "images", "-a", "-q", "--no-trunc"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(out.stdout.split())
 
 
 def test_dockerfiles_pass_hadolint() -> None:
