@@ -21,6 +21,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from fedplat.server.checkpoint import CheckpointError, check_writable
@@ -38,6 +39,9 @@ from grpc_health.v1 import health, health_pb2
 
 from fedplat.security.certs import CertError, check_key_pair, load_certificates
 from fedplat.store import Store, StoreError
+
+if TYPE_CHECKING:
+    from fedplat.control.service import ControlServicer
 
 log = logging.getLogger("fedplat.server")
 
@@ -173,6 +177,7 @@ class Server:
         self.port = 0
         self.control_port = 0
         self.control: grpc.aio.Server | None = None
+        self.control_servicer: ControlServicer | None = None
         self._driver = threading.Thread(
             target=self._drive, name="fedplat-driver", daemon=True
         )
@@ -250,12 +255,18 @@ class Server:
         creds = _control_credentials(self.cfg)
         if cfg is None or creds is None:
             return
-        from fedplat.control.service import ControlLimits, ControlServicer, ServedRun
+        from fedplat.control.service import (
+            MAX_STREAMS,
+            ControlLimits,
+            ControlServicer,
+            ServedRun,
+        )
 
         self.control = grpc.aio.server(
             options=control_options(cfg),
-            # Above the slots the servicer counts, so a refusal says why.
-            maximum_concurrent_rpcs=cfg.max_concurrent_rpcs + 8,
+            # Above the slots the servicer counts (calls and log streams), so a
+            # refusal says why.
+            maximum_concurrent_rpcs=cfg.max_concurrent_rpcs + MAX_STREAMS + 8,
         )
         served = ServedRun(self.coord.run_record.id, self.request_stop)
         limits = ControlLimits(
@@ -266,6 +277,7 @@ class Server:
             receive_seconds=cfg.receive_seconds,
         )
         servicer = ControlServicer(self.store, served, limits)
+        self.control_servicer = servicer
         self.control.add_generic_rpc_handlers((servicer.handler(),))
         try:
             self.control_port = self.control.add_secure_port(cfg.address, creds)
@@ -300,7 +312,9 @@ class Server:
                 log.warning("run %s: %s", run.name, self.stop_reason)
                 self.coord.driver.closer.give_up(self.stop_reason)
         if self.control is not None:
-            await self.control.stop(grace)
+            if self.control_servicer is not None:
+                self.control_servicer.close_streams()
+            await self.control.stop(max(grace, 2.0))
         await self.server.stop(grace)
         self.coord.ctx.recorder.stop()
         self.store.close()

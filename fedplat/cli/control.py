@@ -1,4 +1,5 @@
-"""Operator commands through a coordinator's control API: ``fedplat runs``,
+"""Operator commands through a coordinator's control API: ``fedplat runs``
+(``ls``, ``show``, ``stop``, ``logs``),
 ``fedplat devices``, ``fedplat audit``, ``fedplat operators``, ``fedplat
 whoami`` (and ``fedplat tokens`` without ``--db``). The service and the
 operator's certificate come from flags or a profile
@@ -87,6 +88,47 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if r.reason:
             _say(f"  reason: {r.reason}")
         return 0
+
+
+def _event_line(e: Any) -> str:
+    at = _when(e.at_unix)
+    where = f" round {e.round}" if e.round else ""
+    who = f" {e.client}" if e.client else ""
+    return f"{at} {e.level.upper():7} {e.kind}{where}{who}: {e.message}"
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """``fedplat runs logs RUN``: the run's events, oldest first; with
+    ``--follow``, new ones as they come until the run ends (a stream the service
+    closes after an hour is reopened where it stopped)."""
+    from fedplat.control.client import pb
+    from fedplat.control.logs import LOG_END
+
+    if args.tail < 0:
+        raise CliError("--tail must be >= 0")
+    after = 0
+    with client(args) as c:
+        while True:
+            request = pb.LogRequest(
+                run=args.id, after_id=after, tail=args.tail, follow=args.follow
+            )
+            trailer: dict[str, str] = {}
+            for e in c.stream("StreamLog", request, trailer=trailer):
+                _say(_event_line(e))
+                after = e.id
+                if args.follow:
+                    sys.stdout.flush()  # a follower's reader sees each line
+            sys.stdout.flush()
+            end = trailer.get(LOG_END, "")
+            if end == "time-limit":
+                continue  # the service closes a follower after an hour
+            if end == "closing":
+                print(
+                    "fedplat: the service stopped; the log ends here",
+                    file=sys.stderr,
+                )
+                return 1
+            return 0
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -225,6 +267,22 @@ def register(sub: Any) -> None:
     for sp in (rl, rs, rt):
         service_flags(sp)
         sp.set_defaults(func=cmd_runs)
+    rg = rsub.add_parser("logs", help="a run's event log, oldest first")
+    rg.add_argument("id", help="run name or id")
+    rg.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new events until the run ends",
+    )
+    rg.add_argument(
+        "--tail",
+        type=int,
+        default=100,
+        help="start at the N-th newest event (default 100; at most 100,000)",
+    )
+    service_flags(rg)
+    rg.set_defaults(func=cmd_logs)
 
     d = sub.add_parser("devices", help="a run's devices (control API)")
     dsub = d.add_subparsers(dest="devices_command", required=True)

@@ -29,6 +29,8 @@ MAX_TOKEN_SECONDS = 365 * 24 * 3600.0
 MAX_LIST = 1000
 DEFAULT_LIST = 100
 MAX_TEXT = 255
+#: Event ids are int4 in the store.
+INT32_MAX = 2**31 - 1
 
 
 class Refused(Exception):
@@ -140,6 +142,19 @@ class Actions:
                 f"run {run.name!r} is already stopping ({earlier})",
             )
         return Done(self._run_msg(run), run.name, run.id)
+
+    def StreamLog(self, op: Operator, request: pb.LogRequest) -> Done:
+        """Where the stream of run ``request.run``'s log starts (the servicer
+        sends the events: :mod:`fedplat.control.logs`)."""
+        from fedplat.control.logs import MAX_TAIL, LogStart, start_after
+
+        run = self._run(request.run)
+        if request.after_id > INT32_MAX:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "after_id: no such event")
+        if request.tail > MAX_TAIL:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"tail: at most {MAX_TAIL}")
+        after = start_after(self.store, run.id, request.after_id, request.tail)
+        return Done(LogStart(run.id, after), run.name, run.id)
 
     # ------------------------------------------------------------- devices
     @staticmethod

@@ -33,6 +33,7 @@ NEEDS: dict[str, Role] = {
     "ListDevices": "viewer",
     "ListTokens": "viewer",
     "ListAudit": "viewer",
+    "StreamLog": "viewer",
     "StopRun": "operator",
     "RevokeDevice": "admin",
     "CreateTokens": "admin",

@@ -16,6 +16,7 @@ Relative paths in a profile are relative to the profile's folder. Errors are
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,15 +118,35 @@ class ControlClient:
         try:
             return getattr(self._stub, method)(request, timeout=CALL_SECONDS)
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            detail = exc.details() if hasattr(exc, "details") else str(exc)
-            name = code.name if code is not None else "ERROR"
-            if code == grpc.StatusCode.UNAVAILABLE:
-                detail = (
-                    f"cannot reach the control API at {self.service} ({detail}; is "
-                    "the certificate from the service's CA?)"
-                )
-            raise ControlError(f"{name}: {' '.join(str(detail).split())}") from None
+            raise self._error(exc) from None
+
+    def stream(
+        self,
+        method: str,
+        request: Any,
+        timeout: float | None = None,
+        trailer: dict[str, str] | None = None,
+    ) -> Iterator[Any]:
+        """The messages of the streaming ``method(request)``, as they come;
+        once it ends, its trailing metadata is put in ``trailer``."""
+        try:
+            call = getattr(self._stub, method)(request, timeout=timeout)
+            yield from call
+            if trailer is not None:
+                trailer.update((k, str(v)) for k, v in call.trailing_metadata() or ())
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: grpc.RpcError) -> ControlError:
+        code = exc.code() if hasattr(exc, "code") else None
+        detail = exc.details() if hasattr(exc, "details") else str(exc)
+        name = code.name if code is not None else "ERROR"
+        if code == grpc.StatusCode.UNAVAILABLE:
+            detail = (
+                f"cannot reach the control API at {self.service} ({detail}; is "
+                "the certificate from the service's CA?)"
+            )
+        return ControlError(f"{name}: {' '.join(str(detail).split())}")
 
 
 __all__ = [

@@ -32,8 +32,10 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from fedplat.control import logs
 from fedplat.control.actions import Actions, Done, Refused, ServedRun
 from fedplat.control.audit import NEEDS, AuditTrail, Caller
+from fedplat.control.logs import LOG_END
 from fedplat.proto import control_pb2 as pb
 from fedplat.proto.streams import Malformed
 from fedplat.protocol.errors import FedplatError
@@ -58,6 +60,13 @@ REQUESTS: dict[str, Any] = {
     "RevokeOperator": pb.OperatorRef,
     "ListAudit": pb.AuditRequest,
 }
+#: Methods that answer with a stream (served by their own loop).
+STREAMS: dict[str, Any] = {"StreamLog": pb.LogRequest}
+#: Streams one certificate may hold open at once, and all certificates together
+#: (apart from the slots of the other calls).
+STREAMS_PER_OPERATOR = 2
+MAX_STREAMS = 8
+
 #: Certificates whose call rates are remembered (the oldest is forgotten).
 MAX_RATES = 10_000
 
@@ -94,6 +103,20 @@ def _target(request: Any) -> str:
     return "/".join(parts)
 
 
+#: What ends a call with a status: a refusal of the action, the slots, the
+#: request's deadline or parse (FedplatError), or a value the store refuses.
+REFUSALS = (Refused, FedplatError, StoreError)
+
+
+def _refusal(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status and one-line reason a call ends with for ``exc``."""
+    if isinstance(exc, Refused):
+        return exc.code, exc.reason
+    if isinstance(exc, FedplatError):
+        return status_of(exc), exc.reason
+    return grpc.StatusCode.INVALID_ARGUMENT, " ".join(str(exc).split())
+
+
 def _caller(context: grpc.aio.ServicerContext) -> Caller | Operator:
     """The verified operator, or (to audit a refusal) the certificate's holder."""
     pems = (context.auth_context() or {}).get("x509_pem_cert") or []
@@ -120,6 +143,8 @@ class ControlServicer:
         self.actions = Actions(store, served)
         self.audit = AuditTrail(store)
         self.slots = StreamSlots(self.limits.per_operator, self.limits.max_calls)
+        self.stream_slots = StreamSlots(STREAMS_PER_OPERATOR, MAX_STREAMS)
+        self._closing = asyncio.Event()
         self._rates = KeyedBuckets(
             self.limits.calls_per_second, self.limits.burst, max_keys=MAX_RATES
         )
@@ -133,7 +158,45 @@ class ControlServicer:
             )
             for name, cls in REQUESTS.items()
         }
+        methods["StreamLog"] = grpc.stream_stream_rpc_method_handler(
+            self._stream_log,
+            request_deserializer=_parser(pb.LogRequest),
+            response_serializer=lambda m: m.SerializeToString(),
+        )
         return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+    async def _stream_log(
+        self, requests: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[pb.LogEvent]:
+        """``StreamLog``: authorized and audited as every call (the audit entry
+        is made when the stream starts), then :func:`fedplat.control.logs.stream`."""
+        method, who, target = "StreamLog", Caller("?", "none", ""), ""
+        try:
+            op = await self._authorize(method, context)
+            who = Caller.of(op)
+            with self.stream_slots.hold(op.fingerprint):
+                request = await read_one(requests, self.limits.receive_seconds, method)
+                target = _target(request)
+                done = await asyncio.to_thread(self.actions.StreamLog, op, request)
+                await self._audit(who, method, done.target, "ok", done.run_id)
+                end: list[str] = []
+                events = logs.stream(
+                    self.store,
+                    done.answer,
+                    request.follow,
+                    closing=self._closing,
+                    end=end,
+                )
+                async for event in events:
+                    yield event
+                context.set_trailing_metadata(((LOG_END, end[-1]),))
+        except REFUSALS as exc:
+            await self._refuse(context, who, method, target, *_refusal(exc))
+
+    def close_streams(self) -> None:
+        """The service is stopping: followers end after one last read (before
+        the server's grace period runs out), saying why."""
+        self._closing.set()
 
     async def _authorize(self, method: str, context: Any) -> Operator:
         caller = _caller(context)
@@ -176,15 +239,8 @@ class ControlServicer:
                     )
                     target = _target(request)
                     done = await asyncio.to_thread(act, op, request)
-            except Refused as exc:
-                await self._refuse(context, who, method, target, exc.code, exc.reason)
-            except FedplatError as exc:  # slots, the request's deadline or parse
-                code = status_of(exc)
-                await self._refuse(context, who, method, target, code, exc.reason)
-            except StoreError as exc:
-                reason = " ".join(str(exc).split())
-                code = grpc.StatusCode.INVALID_ARGUMENT
-                await self._refuse(context, who, method, target, code, reason)
+            except REFUSALS as exc:
+                await self._refuse(context, who, method, target, *_refusal(exc))
             await self._audit(who, method, done.target, "ok", done.run_id)
             return done.answer
 
@@ -214,4 +270,12 @@ class ControlServicer:
         await asyncio.to_thread(self.audit.record, who, method, target, result, run_id)
 
 
-__all__ = ["SERVICE", "ControlLimits", "ControlServicer", "Refused", "ServedRun"]
+__all__ = [
+    "LOG_END",
+    "MAX_STREAMS",
+    "SERVICE",
+    "ControlLimits",
+    "ControlServicer",
+    "Refused",
+    "ServedRun",
+]

@@ -191,6 +191,36 @@ class AuditList(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
 
+class LogRequest(_message.Message):
+    __slots__ = ("run", "after_id", "tail", "follow")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    after_id: int
+    tail: int
+    follow: bool
+    def __init__(self, run: _Optional[str] = ..., after_id: _Optional[int] = ..., tail: _Optional[int] = ..., follow: bool = ...) -> None: ...
+
+class LogEvent(_message.Message):
+    __slots__ = ("id", "at_unix", "round", "client", "kind", "level", "message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    at_unix: float
+    round: int
+    client: str
+    kind: str
+    level: str
+    message: str
+    def __init__(self, id: _Optional[int] = ..., at_unix: _Optional[float] = ..., round: _Optional[int] = ..., client: _Optional[str] = ..., kind: _Optional[str] = ..., level: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class Identity(_message.Message):
     __slots__ = ("name", "role", "fingerprint")
     NAME_FIELD_NUMBER: _ClassVar[int]

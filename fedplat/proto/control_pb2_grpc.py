@@ -89,6 +89,11 @@ class ControlStub(object):
                 request_serializer=control__pb2.AuditRequest.SerializeToString,
                 response_deserializer=control__pb2.AuditList.FromString,
                 _registered_method=True)
+        self.StreamLog = channel.unary_stream(
+                '/fedplat.control.v1.Control/StreamLog',
+                request_serializer=control__pb2.LogRequest.SerializeToString,
+                response_deserializer=control__pb2.LogEvent.FromString,
+                _registered_method=True)
 
 
 class ControlServicer(object):
@@ -171,6 +176,15 @@ class ControlServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamLog(self, request, context):
+        """A run's event log, oldest first; with follow, the stream stays open (for at
+        most an hour: reopen with after_id) and ends after the run has ended.
+        viewer
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +242,11 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.ListAudit,
                     request_deserializer=control__pb2.AuditRequest.FromString,
                     response_serializer=control__pb2.AuditList.SerializeToString,
+            ),
+            'StreamLog': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamLog,
+                    request_deserializer=control__pb2.LogRequest.FromString,
+                    response_serializer=control__pb2.LogEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +546,33 @@ class Control(object):
             '/fedplat.control.v1.Control/ListAudit',
             control__pb2.AuditRequest.SerializeToString,
             control__pb2.AuditList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fedplat.control.v1.Control/StreamLog',
+            control__pb2.LogRequest.SerializeToString,
+            control__pb2.LogEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -219,3 +219,18 @@ class EventsStore(StoreBase):
             query = query.limit(_count("limit", limit, minimum=1))
         with self._read() as session:
             return [_event_record(r) for r in session.scalars(query)]
+
+    def events_after(
+        self, run_id: str, after_id: int = 0, limit: int = 500
+    ) -> list[EventRecord]:
+        """Run ``run_id``'s events with an id above ``after_id``, oldest first: a
+        log's next page (ids grow with every event a store records)."""
+        _count("after_id", after_id)
+        query = (
+            select(Event)
+            .where(Event.run_id == run_id, Event.id > after_id)
+            .order_by(Event.id)
+            .limit(_count("limit", limit, minimum=1))
+        )
+        with self._read() as session:
+            return [_event_record(r) for r in session.scalars(query)]

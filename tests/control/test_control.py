@@ -7,67 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from fedplat.server.app import BackgroundServer
 from fedplat.server.config import ConfigError, parse_config
 
 from fedplat.cli import main
 from fedplat.control.audit import NEEDS
-from fedplat.security.certs import CertError, create_ca, fingerprint, issue, issue_peer
+from fedplat.security.certs import CertError, fingerprint, issue_peer
 from fedplat.security.operators import ROLES, issue_operator, operator_from_pem
 from fedplat.store import Store
-from tests.support import free_port, run_config, wait_for
+from tests.support import run_config, wait_for
+from tests.support.control import cli, make_pki, profile, serve
 
 pytestmark = pytest.mark.integration  # real sockets, TLS handshakes
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("pki")
-    create_ca(d)
-    issue(d, "server", server=True)
-    issue(d, "device-0", server=False)
-    for role in ROLES:
-        issue_operator(d, f"{role}-1", role=role)
-    issue_operator(d, "admin-2", role="admin")
-    return d
-
-
-def _profile(tmp: Path, pki: Path, who: str, service: str) -> str:
-    p = tmp / f"{who}.yaml"
-    p.write_text(
-        yaml.safe_dump(
-            {
-                "service": service,
-                "ca": str(pki / "ca.pem"),
-                "cert": str(pki / f"{who}.pem"),
-                "key": str(pki / f"{who}.key"),
-            }
-        )
-    )
-    return str(p)
-
-
-def _serve(
-    tmp: Path, pki: Path, **control: object
-) -> tuple[BackgroundServer, dict, str]:
-    address = f"localhost:{free_port()}"
-    where = f"localhost:{free_port()}"
-    raw = run_config(tmp, rounds=50, clients=2, address=address)
-    raw["server"] = {
-        "address": address,
-        "tls": {"cert": str(pki / "server.pem"), "key": str(pki / "server.key")},
-    }
-    raw["control"] = {"address": where, "operator_ca": str(pki / "ca.pem"), **control}
-    return BackgroundServer(parse_config(raw)).start(), raw, where
-
-
-def _cli(
-    capsys: pytest.CaptureFixture[str], profile: str, *argv: str
-) -> tuple[int, str, str]:
-    rc = main([*argv, "--profile", profile])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+    ops = {f"{role}-1": role for role in ROLES}
+    return make_pki(tmp_path_factory.mktemp("pki"), {**ops, "admin-2": "admin"})
 
 
 def test_roles_are_signed_into_operator_certificates(pki: Path) -> None:
@@ -96,53 +52,53 @@ def test_control_needs_tls(tmp_path: Path, pki: Path) -> None:
 def test_roles_refusals_audit_and_revocation(
     tmp_path: Path, pki: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    srv, raw, control = _serve(tmp_path, pki)
-    viewer = _profile(tmp_path, pki, "viewer-1", control)
-    operator = _profile(tmp_path, pki, "operator-1", control)
-    admin = _profile(tmp_path, pki, "admin-1", control)
-    device = _profile(tmp_path, pki, "device-0", control)
+    srv, raw, control = serve(tmp_path, pki)
+    viewer = profile(tmp_path, pki, "viewer-1", control)
+    operator = profile(tmp_path, pki, "operator-1", control)
+    admin = profile(tmp_path, pki, "admin-1", control)
+    device = profile(tmp_path, pki, "device-0", control)
     try:
-        rc, out, _ = _cli(capsys, viewer, "runs", "ls")
+        rc, out, _ = cli(capsys, viewer, "runs", "ls")
         assert rc == 0 and raw["run"]["name"] in out and "(served here)" in out
-        rc, out, _ = _cli(capsys, viewer, "whoami")
+        rc, out, _ = cli(capsys, viewer, "whoami")
         assert rc == 0 and out.startswith("viewer-1 (viewer)")
 
         # What a role does not allow: PERMISSION_DENIED, one line, exit 2.
-        rc, _, err = _cli(capsys, viewer, "runs", "stop", raw["run"]["name"])
+        rc, _, err = cli(capsys, viewer, "runs", "stop", raw["run"]["name"])
         assert rc == 2 and err.startswith("fedplat: PERMISSION_DENIED: StopRun needs")
         assert err.count("\n") == 1
-        rc, _, err = _cli(capsys, operator, "tokens", "create", "--count", "2")
+        rc, _, err = cli(capsys, operator, "tokens", "create", "--count", "2")
         assert rc == 2 and "CreateTokens needs the admin role" in err
         # A device's certificate is refused whatever it asks.
-        rc, _, err = _cli(capsys, device, "runs", "ls")
+        rc, _, err = cli(capsys, device, "runs", "ls")
         assert rc == 2 and "not an operator certificate" in err
 
         # The admin makes tokens without the database's credentials.
-        rc, out, _ = _cli(capsys, admin, "tokens", "create", "--count", "2")
+        rc, out, _ = cli(capsys, admin, "tokens", "create", "--count", "2")
         secrets = out.split()
         assert (
             rc == 0
             and len(secrets) == 2
             and all(s.startswith("fpt1.") for s in secrets)
         )
-        rc, out, _ = _cli(capsys, viewer, "tokens", "list")
+        rc, out, _ = cli(capsys, viewer, "tokens", "list")
         assert rc == 0 and out.count("valid") == 2 and secrets[0] not in out
-        rc, out, _ = _cli(capsys, admin, "devices", "ls", "--run", raw["run"]["name"])
+        rc, out, _ = cli(capsys, admin, "devices", "ls", "--run", raw["run"]["name"])
         assert rc == 0 and out == ""
-        rc, _, err = _cli(
+        rc, _, err = cli(
             capsys, admin, "devices", "revoke", "nobody", "--run", raw["run"]["name"]
         )
         assert rc == 2 and err.startswith("fedplat: NOT_FOUND: no device 'nobody'")
 
         # Revoking an operator takes effect on its next call.
         fp = fingerprint((pki / "viewer-1.pem").read_bytes())
-        rc, _, _ = _cli(capsys, admin, "operators", "revoke", fp, "--name", "viewer-1")
+        rc, _, _ = cli(capsys, admin, "operators", "revoke", fp, "--name", "viewer-1")
         assert rc == 0
-        rc, _, err = _cli(capsys, viewer, "runs", "ls")
+        rc, _, err = cli(capsys, viewer, "runs", "ls")
         assert rc == 2 and "was revoked" in err
 
         # Every call is in the audit log, allowed or refused, with who and what.
-        rc, out, _ = _cli(capsys, admin, "audit", "--limit", "100")
+        rc, out, _ = cli(capsys, admin, "audit", "--limit", "100")
         assert rc == 0
         lines = out.splitlines()
         assert any(
@@ -167,14 +123,14 @@ def test_roles_refusals_audit_and_revocation(
 def test_bad_input_is_refused_with_a_status(
     tmp_path: Path, pki: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    srv, _raw, control = _serve(tmp_path, pki)
-    admin = _profile(tmp_path, pki, "admin-2", control)
+    srv, _raw, control = serve(tmp_path, pki)
+    admin = profile(tmp_path, pki, "admin-2", control)
     try:
-        rc, _, err = _cli(capsys, admin, "runs", "show", "no-such-run")
+        rc, _, err = cli(capsys, admin, "runs", "show", "no-such-run")
         assert rc == 2 and err.startswith("fedplat: NOT_FOUND: no run named")
-        rc, _, err = _cli(capsys, admin, "tokens", "create", "--count", "5000")
+        rc, _, err = cli(capsys, admin, "tokens", "create", "--count", "5000")
         assert rc == 2 and "INVALID_ARGUMENT: count: 1 to 1000" in err
-        rc, _, err = _cli(capsys, admin, "operators", "revoke", "not-hex")
+        rc, _, err = cli(capsys, admin, "operators", "revoke", "not-hex")
         assert rc == 2 and "INVALID_ARGUMENT" in err and "fingerprint" in err
         # No profile and no flags: one line, exit 2, before any connection.
         rc = main(["runs", "ls", "--profile", str(tmp_path / "missing.yaml")])
@@ -186,10 +142,10 @@ def test_bad_input_is_refused_with_a_status(
 def test_an_operator_stops_the_run(
     tmp_path: Path, pki: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    srv, raw, control = _serve(tmp_path, pki)
-    operator = _profile(tmp_path, pki, "operator-1", control)
+    srv, raw, control = serve(tmp_path, pki)
+    operator = profile(tmp_path, pki, "operator-1", control)
     name = raw["run"]["name"]
-    rc, out, _ = _cli(capsys, operator, "runs", "stop", name, "--reason", "wrong data")
+    rc, out, _ = cli(capsys, operator, "runs", "stop", name, "--reason", "wrong data")
     assert rc == 0 and "is stopping" in out
     wait_for(lambda: srv.server.stop_event.is_set(), 30, "the stop")
     srv.stop()

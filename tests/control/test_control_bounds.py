@@ -18,10 +18,10 @@ from fedplat.server.wire import FD_RESERVE, control_options, fd_limit_needed
 from fedplat.cli import main
 from fedplat.proto import control_pb2 as pb
 from fedplat.proto import control_pb2_grpc
-from fedplat.security.certs import create_ca, fingerprint, issue
-from fedplat.security.operators import issue_operator
+from fedplat.security.certs import fingerprint
 from fedplat.store import Store
-from tests.support import free_port, run_config, wait_for
+from tests.support import run_config, wait_for
+from tests.support.control import make_pki, serve
 
 pytestmark = pytest.mark.integration  # real sockets, TLS handshakes
 
@@ -30,28 +30,13 @@ METHOD = "/fedplat.control.v1.Control/WhoAmI"
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("pki")
-    create_ca(d)
-    issue(d, "server", server=True)
-    issue(d, "device-0", server=False)
-    for name, role in (("adm", "admin"), ("adm2", "admin"), ("op", "operator")):
-        issue_operator(d, name, role=role)
-    return d
+    ops = {"adm": "admin", "adm2": "admin", "op": "operator"}
+    return make_pki(tmp_path_factory.mktemp("pki"), ops)
 
 
 def _serve(tmp: Path, pki: Path, **control: object) -> tuple[BackgroundServer, dict]:
-    address = f"localhost:{free_port()}"
-    raw = run_config(tmp, rounds=50, clients=2, address=address)
-    raw["server"] = {
-        "address": address,
-        "tls": {"cert": str(pki / "server.pem"), "key": str(pki / "server.key")},
-    }
-    raw["control"] = {
-        "address": f"localhost:{free_port()}",
-        "operator_ca": str(pki / "ca.pem"),
-        **control,
-    }
-    return BackgroundServer(parse_config(raw)).start(), raw
+    srv, raw, _ = serve(tmp, pki, **control)
+    return srv, raw
 
 
 def _channel(pki: Path, who: str, raw: dict) -> grpc.Channel:
