@@ -81,6 +81,7 @@ from bench.deploy import (  # noqa: E402
     throwaway_postgres,
     wait_until,
 )
+from bench.docs import with_source  # noqa: E402
 from fedplat.vectors import Layout  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "attacks_live.json"
@@ -404,6 +405,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return body
 
 
+@with_source(RESULTS)
 def render_markdown(results: dict[str, Any]) -> str:
     keys = (
         "attack", "blocked", "honest_rounds_completed", "final_accuracy",

@@ -18,18 +18,26 @@ page against its benchmark, so a doc number cannot drift from its JSON.
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
+    "RESULTS",
     "ROOT",
     "add_doc_args",
     "block_text",
     "handle_doc_args",
     "read_blocks",
     "replace_blocks",
+    "source_note",
+    "source_note_of",
+    "sourced",
     "t_quantile_975",
+    "with_source",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +56,72 @@ def t_quantile_975(df: int) -> float:
     if df not in _T975:
         raise ValueError(f"no t quantile tabulated for {df} degrees of freedom")
     return _T975[df]
+
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def _commits(doc: Any) -> list[tuple[str, bool]]:
+    """Every ``environment`` block's (commit, tree_dirty), at any depth."""
+    found: list[tuple[str, bool]] = []
+    if isinstance(doc, dict):
+        env = doc.get("environment")
+        if isinstance(env, dict) and env.get("commit"):
+            found.append((str(env["commit"]), bool(env.get("tree_dirty"))))
+        for v in doc.values():
+            found += _commits(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            found += _commits(v)
+    return found
+
+
+def _part(path: Path, docs: list[Any]) -> str:
+    stamps = [st for d in docs for st in _commits(d)]
+    commits = list(dict.fromkeys(c[:7] for c, _ in stamps))
+    where = f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`"
+    if not commits:
+        return f"{where} (commit not recorded)"
+    what = "commit" if len(commits) == 1 else "commits"
+    dirty = ", from a dirty tree" if any(d for _, d in stamps) else ""
+    return f"{where} ({what} {', '.join(commits)}{dirty})"
+
+
+def source_note(*paths: Path) -> str:
+    """The line a generated block ends with: the results it was rendered from
+    and the commit (or commits) they were written at."""
+    parts = []
+    for path in paths:
+        files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+        parts.append(_part(path, [json.loads(f.read_text()) for f in files]))
+    return "Source: " + "; ".join(parts) + "."
+
+
+def source_note_of(path: Path, doc: Any) -> str:
+    """:func:`source_note` of results ``doc``, read from ``path``."""
+    return f"Source: {_part(path, [doc])}."
+
+
+def with_source(
+    path: Path,
+) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+    """Make a ``render(results) -> markdown`` end with the results'
+    :func:`source_note_of` (``path``: where they are committed)."""
+
+    def wrap(render: Callable[[Any], str]) -> Callable[[Any], str]:
+        @functools.wraps(render)
+        def rendered(results: Any) -> str:
+            body = render(results).rstrip("\n")
+            return f"{body}\n\n{source_note_of(path, results)}\n"
+
+        return rendered
+
+    return wrap
+
+
+def sourced(body: str, *paths: Path) -> str:
+    """``body`` with its :func:`source_note` as a last paragraph."""
+    return f"{body.rstrip()}\n\n{source_note(*paths)}"
 
 
 def block_text(body: str) -> str:

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.docs import ROOT, t_quantile_975
+from bench.docs import ROOT, sourced, t_quantile_975
 
 DOC = ROOT / "docs" / "compression.md"
 RESULTS = ROOT / "bench" / "results"
@@ -474,27 +474,31 @@ def tabular_block(t: dict[str, Any]) -> str:
 
 # -------------------------------------------------------------------- pages
 def compression_blocks() -> dict[str, str]:
-    c = _load(RESULTS / "compression.json")
+    main, five = RESULTS / "compression.json", RESULTS / "compression_5000_rounds"
+    speed = RESULTS / "compression_speed.json"
+    c = _load(main)
     runs = load_5000()
     return {
-        "compression-results": results_block(c),
-        "compression-curves": curves_block(c),
-        "compression-long-run": long_run_block(c),
-        "compression-5000": five_thousand_block(runs),
-        "compression-goals": goals_block(c, runs),
-        "compression-precision": precision_block(c),
-        "compression-discussion": discussion_block(c),
-        "compression-dp": dp_block(c),
-        "compression-speed": speed_block(_load(RESULTS / "compression_speed.json")),
+        "compression-results": sourced(results_block(c), main),
+        "compression-curves": sourced(curves_block(c), main),
+        "compression-long-run": sourced(long_run_block(c), main),
+        "compression-5000": sourced(five_thousand_block(runs), five),
+        "compression-goals": sourced(goals_block(c, runs), main, five),
+        "compression-precision": sourced(precision_block(c), main),
+        "compression-discussion": sourced(discussion_block(c), main),
+        "compression-dp": sourced(dp_block(c), main),
+        "compression-speed": sourced(speed_block(_load(speed)), speed),
     }
 
 
 def leakage_blocks() -> dict[str, str]:
-    return {"leakage-results": leakage_block(_load(RESULTS / "leakage.json"))}
+    path = RESULTS / "leakage.json"
+    return {"leakage-results": sourced(leakage_block(_load(path)), path)}
 
 
 def tabular_blocks() -> dict[str, str]:
-    return {"tabular-results": tabular_block(_load(RESULTS / "tabular.json"))}
+    path = RESULTS / "tabular.json"
+    return {"tabular-results": sourced(tabular_block(_load(path)), path)}
 
 
 def doc_blocks() -> dict[str, str]:

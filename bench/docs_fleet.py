@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # allow ``python bench/docs_fleet.py``
     sys.path.insert(0, str(REPO))
 
-from bench.docs import add_doc_args, handle_doc_args  # noqa: E402
+from bench.docs import add_doc_args, handle_doc_args, sourced  # noqa: E402
 
 DOC = REPO / "docs" / "scale.md"
 RESULTS = REPO / "bench" / "results"
@@ -256,17 +256,24 @@ def doc_blocks() -> dict[str, str]:
         out: dict[str, Any] = json.loads((RESULTS / name).read_text())
         return out
 
+    settings = ("round_overhead.json", "round_overhead_fleet.json")
     return {
-        "fleet-vs-flower": vs_flower_block(read("vs_flower.json")),
-        "fleet-load": load_block(read("load.json")),
-        "fleet-round-overhead": round_overhead_block(read("round_overhead.json")),
-        "fleet-round-overhead-settings": round_overhead_settings_block(
-            *(
-                (n, read(n))
-                for n in ("round_overhead.json", "round_overhead_fleet.json")
-            )
+        "fleet-vs-flower": sourced(
+            vs_flower_block(read("vs_flower.json")), RESULTS / "vs_flower.json"
         ),
-        "fleet-stream-window": stream_window_block(read("stream_window.json")),
+        "fleet-load": sourced(load_block(read("load.json")), RESULTS / "load.json"),
+        "fleet-round-overhead": sourced(
+            round_overhead_block(read("round_overhead.json")),
+            RESULTS / "round_overhead.json",
+        ),
+        "fleet-round-overhead-settings": sourced(
+            round_overhead_settings_block(*((n, read(n)) for n in settings)),
+            *(RESULTS / n for n in settings),
+        ),
+        "fleet-stream-window": sourced(
+            stream_window_block(read("stream_window.json")),
+            RESULTS / "stream_window.json",
+        ),
     }
 
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.docs import ROOT, replace_blocks
+from bench.docs import ROOT, replace_blocks, sourced
 from bench.robustness import ATTACKS, PAPER, RULES
 
 DOC = ROOT / "docs" / "robustness.md"
@@ -263,17 +263,19 @@ def _load(name: str) -> Any:
 
 def robustness_blocks(summary: dict[str, Any] | None = None) -> dict[str, str]:
     summary = summary if summary is not None else _load("robustness.json")
+    grid, tau = RESULTS / "robustness.json", RESULTS / "robustness_tau.json"
     out = {
-        "robustness-results": results_block(summary),
-        "robustness-findings": findings_block(summary),
+        "robustness-results": sourced(results_block(summary), grid),
+        "robustness-findings": sourced(findings_block(summary), grid),
     }
-    if (RESULTS / "robustness_tau.json").is_file():
-        out["robustness-tau"] = tau_block(_load("robustness_tau.json"))
+    if tau.is_file():
+        out["robustness-tau"] = sourced(tau_block(_load(tau.name)), tau)
     return out
 
 
 def speed_blocks() -> dict[str, str]:
-    return {"aggregators-speed": speed_block(_load("aggregators_speed.json"))}
+    path = RESULTS / "aggregators_speed.json"
+    return {"aggregators-speed": sourced(speed_block(_load(path.name)), path)}
 
 
 def doc_blocks() -> dict[str, str]:

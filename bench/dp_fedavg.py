@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from bench.common import check_out, environment, round_progress, write_results
+from bench.docs import with_source
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dp_fedavg.json"
 EPSILONS: tuple[float | None, ...] = (None, 8.0, 4.0, 2.0)
@@ -406,6 +407,7 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@with_source(RESULTS)
 def render_markdown(results: dict[str, Any]) -> str:
     """The tables of docs/privacy.md, rendered from ``dp_fedavg.json`` (a test
     checks that the committed docs contain exactly this text)."""

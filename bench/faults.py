@@ -70,6 +70,7 @@ from bench.deploy import (  # noqa: E402
     snapshot,
     wait_until,
 )
+from bench.docs import with_source  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "faults.json"
 SCHEMA_VERSION = 1
@@ -285,6 +286,7 @@ def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
     }
 
 
+@with_source(RESULTS)
 def render_markdown(results: dict[str, Any]) -> str:
     keys = (
         "tiny", "kills", "completed_rounds", "lost_rounds", "duplicate_updates",

@@ -70,6 +70,7 @@ import grpc  # noqa: E402
 
 from bench.common import check_out, environment, write_results  # noqa: E402
 from bench.deploy import Deployment, free_port, run_file  # noqa: E402
+from bench.docs import with_source  # noqa: E402
 from bench.fuzz_targets import (  # noqa: E402
     COORDINATOR_RPCS,
     PEER_RPCS,
@@ -245,6 +246,7 @@ def run(setup: Setup, workdir: Path, say: Any) -> dict[str, Any]:
     }
 
 
+@with_source(RESULTS)
 def render_markdown(results: dict[str, Any]) -> str:
     """The docs' table: headline counts, then messages and outcomes per call."""
     keys = (

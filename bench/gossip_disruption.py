@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from bench.common import check_out, write_results
-from bench.docs import ROOT, add_doc_args, handle_doc_args
+from bench.docs import ROOT, add_doc_args, handle_doc_args, sourced
 from fedplat.gossip.network import NetworkState
 from fedplat.gossip.scenario import Scenario, parse_scenario
 from fedplat.gossip.setup import NodeData, load_node_data
@@ -188,7 +188,8 @@ def results_block(res: dict[str, Any]) -> str:
 
 def doc_blocks() -> dict[str, str]:
     """The generated blocks of docs/gossip.md, from the committed results."""
-    return {"gossip-disruption": results_block(json.loads(RESULTS.read_text()))}
+    block = results_block(json.loads(RESULTS.read_text()))
+    return {"gossip-disruption": sourced(block, RESULTS)}
 
 
 def main(argv: list[str] | None = None) -> int:

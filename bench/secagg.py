@@ -61,6 +61,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.common import check_out, environment, write_results  # noqa: E402
+from bench.docs import with_source  # noqa: E402
 from fedplat.compression.wire import Payload, dense_payload  # noqa: E402
 from fedplat.data.datasets import load_dataset  # noqa: E402
 from fedplat.data.partition import iid  # noqa: E402
@@ -339,6 +340,7 @@ def run(setup: Setup, log: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ docs
+@with_source(RESULTS)
 def render_markdown(results: dict[str, Any]) -> str:
     """The tables of docs/privacy.md, rendered from ``secagg.json`` (a test
     checks that the committed docs contain exactly this text)."""

@@ -58,7 +58,7 @@ if str(REPO) not in sys.path:  # allow ``python bench/vs_flower_sim.py``
     sys.path.insert(0, str(REPO))
 
 from bench.common import check_out, write_results  # noqa: E402
-from bench.docs import add_doc_args, handle_doc_args  # noqa: E402
+from bench.docs import add_doc_args, handle_doc_args, sourced  # noqa: E402
 from examples.flower.launch import APP_DIR, FlowerRuntime  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "vs_flower_sim.json"
@@ -300,7 +300,8 @@ DOC = REPO / "README.md"
 
 def doc_blocks() -> dict[str, str]:
     """The generated block of README.md, from the committed results."""
-    return {"vs-flower-sim": results_block(json.loads(DEFAULT_OUT.read_text()))}
+    block = results_block(json.loads(DEFAULT_OUT.read_text()))
+    return {"vs-flower-sim": sourced(block, DEFAULT_OUT)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

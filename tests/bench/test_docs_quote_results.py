@@ -5,6 +5,8 @@ and the block machinery itself (markers, replacement, the t-interval) is right."
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -93,3 +95,36 @@ def test_mean_interval_is_the_student_t_interval(
     scipy_stats = pytest.importorskip("scipy.stats")
     half = scipy_stats.t.ppf(0.975, 2) * 0.49662 / 3**0.5
     assert hi - m == pytest.approx(half, rel=1e-3)
+
+
+def test_a_block_names_its_results_and_their_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.docs import source_note, source_note_of, sourced
+
+    stamped = tmp_path / "a.json"
+    stamped.write_text(
+        json.dumps({"environment": {"commit": "0123456789abcdef", "tree_dirty": False}})
+    )
+    nested = tmp_path / "runs"
+    nested.mkdir()
+    for i, commit in enumerate(("aaaaaaa1", "bbbbbbb2", "aaaaaaa1")):
+        (nested / f"seed{i}.json").write_text(
+            json.dumps(
+                {"rows": [{"environment": {"commit": commit, "tree_dirty": i == 1}}]}
+            )
+        )
+    bare = tmp_path / "old.json"
+    bare.write_text("{}")
+    assert source_note(stamped) == f"Source: `{stamped}` (commit 0123456)."
+    assert source_note(nested, bare) == (
+        f"Source: `{nested}` (commits aaaaaaa, bbbbbbb, from a dirty tree); "
+        f"`{bare}` (commit not recorded)."
+    )
+    assert source_note_of(bare, {"environment": {"commit": "feedbeef0"}}) == (
+        f"Source: `{bare}` (commit feedbee)."
+    )
+    assert sourced("| a |\n", stamped).endswith(
+        "| a |\n\nSource: " + f"`{stamped}` (commit 0123456)."
+    )
