@@ -178,12 +178,12 @@ def part_ray(tmp: Path, tiny: bool) -> dict[str, Any]:
     from fedplat.server.config import parse_config
 
     from fedplat.sim.clients import ReferencePopulation
-    from fedplat.sim.ray_backend import local_ray, simulate_ray
+    from fedplat.sim.ray_backend import local_ray, ray_temp_dir, simulate_ray
 
     s = SIZES[tiny]
     n, rounds = s["ray_clients"], s["ray_rounds"]
     cfg = parse_config(_run_file(tmp, "ray", "fashion_mnist", rounds, n))
-    ray_tmp = tempfile.mkdtemp(prefix="fpscale")
+    ray_tmp = ray_temp_dir()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # our own Ray on 127.0.0.1
     local_ray(ray_tmp, num_cpus=2)
     try:

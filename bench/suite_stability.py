@@ -3,8 +3,9 @@ commit run ``make test`` at the same time, so each suite runs while the others
 take the CPU (on a 2-core machine, three suites ask for several times the
 cores there are). Any failure is a test that can fail by chance.
 
-Each clone gets its own temporary directory (``TMPDIR``), so the suites share
-the CPU, memory and ports of the machine but not pytest's temporary folders.
+Each clone gets its own temporary directory (``TMPDIR``, a short path under
+/tmp), so the suites share the CPU, memory and ports of the machine but not
+pytest's temporary folders.
 
     python bench/suite_stability.py                  # 3 suites at once
     python bench/suite_stability.py --runs 2 --hogs 2
@@ -71,7 +72,7 @@ def _parse(log: str) -> dict[str, Any]:
     return {"summary": summary, "failed_tests": failed, "slowest": slowest}
 
 
-def run(runs: int, hogs: int, workdir: Path) -> dict[str, Any]:
+def run(runs: int, hogs: int, workdir: Path, tmps: list[Path]) -> dict[str, Any]:
     state = source_state()
     commit = state["commit"]
     if commit is None:
@@ -80,8 +81,9 @@ def run(runs: int, hogs: int, workdir: Path) -> dict[str, Any]:
     for i in range(runs):
         where = workdir / f"clone-{i}"
         _clone(commit, where)
-        tmp = where / ".tmp"
-        tmp.mkdir()
+        # Short: Ray and other sockets live under it (108-byte AF_UNIX paths).
+        tmp = Path(tempfile.mkdtemp(prefix=f"ss{i}."))
+        tmps.append(tmp)
         env = {**os.environ, "TMPDIR": str(tmp), "CI": "true"}
         log = open(where / "make-test.log", "wb")  # noqa: SIM115 (closed below)
         print(f"suite {i}: make test in {where}", flush=True)
@@ -135,13 +137,15 @@ def main() -> None:
     check_out(ap, args.out)
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="suite-stability."))
+    tmps: list[Path] = []
     try:
-        results = run(args.runs, args.hogs, workdir)
+        results = run(args.runs, args.hogs, workdir, tmps)
         results["environment"] = environment(started)
         write_results(args.out, results, started)
     finally:
         if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+            for d in [workdir, *tmps]:
+                shutil.rmtree(d, ignore_errors=True)
     if results["failures"]:
         raise SystemExit(1)
 

@@ -31,6 +31,7 @@ import dataclasses
 import os
 import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -324,6 +325,21 @@ def _follow(
             return seen
 
 
+#: Ray's session folder adds about 70 characters to its temporary folder in
+#: the paths of its Unix sockets, which may not exceed 107 bytes.
+MAX_RAY_TEMP_DIR = 36
+
+
+def ray_temp_dir() -> str:
+    """A new temporary folder for a local Ray: under the system's temporary
+    folder, or under /tmp when that path is too long for Ray's sockets (a
+    TMPDIR deep in a build tree)."""
+    base = tempfile.gettempdir()
+    if len(base) + len("/fprayXXXXXXXX") > MAX_RAY_TEMP_DIR:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="fpray", dir=base)
+
+
 def local_ray(temp_dir: str | None = None, num_cpus: int | None = None) -> None:
     """Start a Ray instance on this machine, bound to 127.0.0.1."""
     import ray
@@ -345,5 +361,6 @@ __all__ = [
     "importable",
     "local_ray",
     "peak_rss_mb",
+    "ray_temp_dir",
     "simulate_ray",
 ]

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,9 +91,9 @@ def test_endpoint_refuses_bad_bytes_and_maps_errors(tmp_path: Path) -> None:
 def local_ray() -> Iterator[None]:
     import ray
 
-    from fedplat.sim.ray_backend import local_ray
+    from fedplat.sim.ray_backend import local_ray, ray_temp_dir
 
-    tmp = tempfile.mkdtemp(prefix="fpray")
+    tmp = ray_temp_dir()  # short enough for Ray's socket paths
     before = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # a Ray of our own on 127.0.0.1
     local_ray(tmp, num_cpus=2)
