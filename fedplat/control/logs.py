@@ -47,8 +47,8 @@ def start_after(store: Store, run_id: str, after_id: int, tail: int) -> int:
     ``tail``-th newest event (``tail`` 0: :data:`DEFAULT_TAIL`)."""
     if after_id:
         return after_id
-    newest = store.list_events(run_id, limit=tail or DEFAULT_TAIL)
-    return min(e.id for e in newest) - 1 if newest else 0
+    nth = store.nth_newest_event_id(run_id, tail or DEFAULT_TAIL)
+    return 0 if nth is None else nth - 1
 
 
 def _message(e: EventRecord) -> pb.LogEvent:

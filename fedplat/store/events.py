@@ -220,6 +220,19 @@ class EventsStore(StoreBase):
         with self._read() as session:
             return [_event_record(r) for r in session.scalars(query)]
 
+    def nth_newest_event_id(self, run_id: str, n: int) -> int | None:
+        """The id of run ``run_id``'s ``n``-th newest event (``None``: it has
+        fewer); one indexed read, whatever ``n`` is."""
+        query = (
+            select(Event.id)
+            .where(Event.run_id == run_id)
+            .order_by(Event.id.desc())
+            .offset(_count("n", n, minimum=1) - 1)
+            .limit(1)
+        )
+        with self._read() as session:
+            return session.scalars(query).first()
+
     def events_after(
         self, run_id: str, after_id: int = 0, limit: int = 500
     ) -> list[EventRecord]:

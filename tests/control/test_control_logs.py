@@ -47,6 +47,9 @@ def test_pages_start_after_an_id_or_at_the_tail(tmp_path: Path) -> None:
             store, LogStart(run.id, start_after(store, run.id, 0, 3)), False
         )
         assert [e.message for e in tail3] == ["event 4", "event 5", "event 6"]
+        assert start_after(store, run.id, 0, 50) == 0  # fewer than 50: all
+        assert start_after(store, run.id, 0, 7) == ids[0] - 1
+        assert start_after(store, run.id, ids[3], 2) == ids[3]  # after_id wins
         after = _collect(store, LogStart(run.id, ids[1]), False)
         assert [e.id for e in after] == ids[2:]
         assert after[0].round == 2 and after[0].kind == "note"
