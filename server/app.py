@@ -313,6 +313,11 @@ class Server:
                 self.coord.driver.closer.give_up(self.stop_reason)
         if self.control is not None:
             if self.control_servicer is not None:
+                # Log followers read what is buffered before they end.
+                try:
+                    await asyncio.to_thread(self.coord.ctx.recorder.flush)
+                except StoreError:
+                    log.exception("recorder: could not flush before the control stop")
                 self.control_servicer.close_streams()
             await self.control.stop(max(grace, 2.0))
         await self.server.stop(grace)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
 
 
+#: Reopens of a follower's stream after a dropped connection, in a row.
+FOLLOW_RETRIES = 5
+
+
 def _event_line(e: Any) -> str:
     at = _when(e.at_unix)
     where = f" round {e.round}" if e.round else ""
@@ -100,31 +105,56 @@ def _event_line(e: Any) -> str:
 def cmd_logs(args: argparse.Namespace) -> int:
     """``fedplat runs logs RUN``: the run's events, oldest first; with
     ``--follow``, new ones as they come until the run ends (a stream the service
-    closes after an hour is reopened where it stopped)."""
-    from fedplat.control.client import pb
-    from fedplat.control.logs import LOG_END
+    ends after its time, or a dropped connection, is reopened where it stopped)."""
+    try:
+        return _follow_log(args)
+    except BrokenPipeError:  # | head: the reader has what it wanted
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
 
-    if args.tail < 0:
-        raise CliError("--tail must be >= 0")
-    after = 0
+
+def _follow_log(args: argparse.Namespace) -> int:
+    from fedplat.control.client import ControlError, pb
+    from fedplat.control.logs import LOG_END, MAX_TAIL
+
+    if not 1 <= args.tail <= MAX_TAIL:
+        raise CliError(f"--tail must be 1 to {MAX_TAIL:,}")
+    after, retries = 0, 0
     with client(args) as c:
         while True:
             request = pb.LogRequest(
-                run=args.id, after_id=after, tail=args.tail, follow=args.follow
+                run=args.id,
+                after_id=after,
+                tail=args.tail,
+                follow=args.follow,
+                from_start=args.all,
             )
             trailer: dict[str, str] = {}
-            for e in c.stream("StreamLog", request, trailer=trailer):
-                _say(_event_line(e))
-                after = e.id
-                if args.follow:
-                    sys.stdout.flush()  # a follower's reader sees each line
+            try:
+                for e in c.stream("StreamLog", request, trailer=trailer):
+                    _say(_event_line(e))
+                    after, retries = e.id, 0
+                    if args.follow:
+                        sys.stdout.flush()  # a follower's reader sees each line
+            except ControlError as exc:
+                # A follower whose connection dropped (the service restarting,
+                # a network blip) reopens where it stopped, a few times.
+                lost = str(exc).startswith(("UNAVAILABLE", "CANCELLED"))
+                if not (args.follow and lost and retries < FOLLOW_RETRIES):
+                    raise
+                retries += 1
+                time.sleep(2.0 * retries)
+                continue
             sys.stdout.flush()
             end = trailer.get(LOG_END, "")
             if end == "time-limit":
-                continue  # the service closes a follower after an hour
-            if end == "closing":
+                continue  # the service ends a stream after 50 minutes
+            if end in ("closing", "interrupted"):
+                why = "stopped" if end == "closing" else "is gone (run interrupted)"
                 print(
-                    "fedplat: the service stopped; the log ends here",
+                    f"fedplat: the run's coordinator {why}; the log ends here",
                     file=sys.stderr,
                 )
                 return 1
@@ -279,7 +309,10 @@ def register(sub: Any) -> None:
         "--tail",
         type=int,
         default=100,
-        help="start at the N-th newest event (default 100; at most 100,000)",
+        help="start at the N-th newest event (default 100; at most 10,000)",
+    )
+    rg.add_argument(
+        "--all", action="store_true", help="from the run's first event (not the tail)"
     )
     service_flags(rg)
     rg.set_defaults(func=cmd_logs)

@@ -153,7 +153,10 @@ class Actions:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "after_id: no such event")
         if request.tail > MAX_TAIL:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"tail: at most {MAX_TAIL}")
-        after = start_after(self.store, run.id, request.after_id, request.tail)
+        if request.from_start and not request.after_id:
+            after = 0
+        else:
+            after = start_after(self.store, run.id, request.after_id, request.tail)
         return Done(LogStart(run.id, after), run.name, run.id)
 
     # ------------------------------------------------------------- devices

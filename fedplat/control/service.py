@@ -25,6 +25,7 @@ Every call, allowed or refused, ends in one audit event
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,8 @@ from fedplat.security.operators import Operator, operator_from_pem
 from fedplat.store import Store, StoreError
 from fedplat.transport.limits import KeyedBuckets, StreamSlots, read_one
 from fedplat.transport.status import status_of
+
+log = logging.getLogger("fedplat.control")
 
 SERVICE = "fedplat.control.v1.Control"
 #: Each method's request message.
@@ -66,6 +69,8 @@ STREAMS: dict[str, Any] = {"StreamLog": pb.LogRequest}
 #: (apart from the slots of the other calls).
 STREAMS_PER_OPERATOR = 2
 MAX_STREAMS = 8
+#: How long a log stream waits for its reader to take the next event.
+WRITE_SECONDS = 60.0
 
 #: Certificates whose call rates are remembered (the oldest is forgotten).
 MAX_RATES = 10_000
@@ -165,12 +170,14 @@ class ControlServicer:
         )
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
-    async def _stream_log(
-        self, requests: AsyncIterator[Any], context: Any
-    ) -> AsyncIterator[pb.LogEvent]:
-        """``StreamLog``: authorized and audited as every call (the audit entry
-        is made when the stream starts), then :func:`fedplat.control.logs.stream`."""
+    async def _stream_log(self, requests: AsyncIterator[Any], context: Any) -> None:
+        """``StreamLog``: authorized and audited as every call (its one audit
+        entry is made when the stream starts), then the events of
+        :func:`fedplat.control.logs.stream`, each written within
+        :data:`WRITE_SECONDS` (a caller that stops reading gives its slot back).
+        A coroutine, so a cancelled call leaves its slot at once."""
         method, who, target = "StreamLog", Caller("?", "none", ""), ""
+        started = False
         try:
             op = await self._authorize(method, context)
             who = Caller.of(op)
@@ -179,6 +186,7 @@ class ControlServicer:
                 target = _target(request)
                 done = await asyncio.to_thread(self.actions.StreamLog, op, request)
                 await self._audit(who, method, done.target, "ok", done.run_id)
+                started = True
                 end: list[str] = []
                 events = logs.stream(
                     self.store,
@@ -188,10 +196,20 @@ class ControlServicer:
                     end=end,
                 )
                 async for event in events:
-                    yield event
+                    await asyncio.wait_for(context.write(event), WRITE_SECONDS)
                 context.set_trailing_metadata(((LOG_END, end[-1]),))
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the log was not read for {WRITE_SECONDS:g} s",
+            )
         except REFUSALS as exc:
-            await self._refuse(context, who, method, target, *_refusal(exc))
+            if not started:
+                await self._refuse(context, who, method, target, *_refusal(exc))
+            # A store error mid-stream: the call was audited when it started.
+            code, reason = _refusal(exc)
+            log.warning("StreamLog of %s for %s ended: %s", target, who.name, reason)
+            await context.abort(code, reason)
 
     def close_streams(self) -> None:
         """The service is stopping: followers end after one last read (before

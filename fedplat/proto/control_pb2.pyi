@@ -192,16 +192,18 @@ class AuditList(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
 
 class LogRequest(_message.Message):
-    __slots__ = ("run", "after_id", "tail", "follow")
+    __slots__ = ("run", "after_id", "tail", "follow", "from_start")
     RUN_FIELD_NUMBER: _ClassVar[int]
     AFTER_ID_FIELD_NUMBER: _ClassVar[int]
     TAIL_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    FROM_START_FIELD_NUMBER: _ClassVar[int]
     run: str
     after_id: int
     tail: int
     follow: bool
-    def __init__(self, run: _Optional[str] = ..., after_id: _Optional[int] = ..., tail: _Optional[int] = ..., follow: bool = ...) -> None: ...
+    from_start: bool
+    def __init__(self, run: _Optional[str] = ..., after_id: _Optional[int] = ..., tail: _Optional[int] = ..., follow: bool = ..., from_start: bool = ...) -> None: ...
 
 class LogEvent(_message.Message):
     __slots__ = ("id", "at_unix", "round", "client", "kind", "level", "message")

@@ -178,7 +178,9 @@ class ControlServicer(object):
 
     def StreamLog(self, request, context):
         """A run's event log, oldest first; with follow, the stream stays open (for at
-        most an hour: reopen with after_id) and ends after the run has ended.
+        most 50 minutes: reopen with after_id) and ends after the run has ended.
+        Trailing metadata fedplat-log-end says why it ended: caught-up, run-ended,
+        interrupted (its coordinator is gone), time-limit or closing.
         viewer
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

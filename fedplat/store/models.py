@@ -352,6 +352,8 @@ class Event(Base):
     __table_args__ = (
         CheckConstraint(_in("level", EVENT_LEVELS), name="level"),
         Index("ix_events_run_id_kind", "run_id", "kind"),
+        # A run's log in id order (the control API's StreamLog).
+        Index("ix_events_run_id_id", "run_id", "id"),
         # list_events pages newest first, optionally over all runs.
         Index("ix_events_created_at", "created_at"),
     )

@@ -59,6 +59,56 @@ def test_pages_start_after_an_id_or_at_the_tail(tmp_path: Path) -> None:
         assert len(everything) == 7 and "not r's" not in {e.message for e in everything}
 
 
+def test_an_event_committed_late_is_sent_once() -> None:
+    """Ids are given at insert, not at commit: a read may meet an id below the
+    last one sent (another writer's later commit) and ids it already sent."""
+    from datetime import UTC, datetime
+
+    from fedplat.control.logs import LATE_IDS, _Window
+    from fedplat.store import EventRecord
+
+    def ev(i: int) -> EventRecord:
+        now = datetime.now(UTC)
+        return EventRecord(i, "r", None, None, "note", "info", f"e{i}", {}, now)
+
+    w = _Window(after=10)
+    assert w.low == 10  # never below where the stream started
+    assert [e.id for e in w.fresh([ev(i) for i in (11, 12, 14)])] == [11, 12, 14]
+    # 13 commits after 14 was sent: the next read (from 14 - LATE_IDS) meets it
+    # and the ids already sent again; only 13 is new.
+    assert [e.id for e in w.fresh([ev(i) for i in (11, 12, 13, 14, 15)])] == [13, 15]
+    assert w.after == 15 and w.low == max(10, 15 - LATE_IDS)
+    w.after = LATE_IDS + 100
+    assert w.low == 100
+    far = _Window(after=LATE_IDS + 100)
+    assert far.fresh([ev(50), ev(LATE_IDS + 101)])[0].id == LATE_IDS + 101
+    assert far.sent <= {i for i in far.sent if i > far.low}
+
+
+def test_why_a_stream_ends() -> None:
+    import asyncio
+    import time as clock
+
+    from fedplat.control.logs import _why_cut, _why_stop
+
+    later, past = clock.monotonic() + 60, clock.monotonic() - 1
+    closing = asyncio.Event()
+    assert _why_stop(False, False, "", later, None) == "caught-up"
+    assert _why_stop(True, False, "ended", later, closing) is None  # one more look
+    assert _why_stop(True, True, "ended", later, closing) == "run-ended"
+    assert _why_stop(True, True, "interrupted", later, closing) == "interrupted"
+    # Seen interrupted, then live again (its coordinator restarted): goes on.
+    assert _why_stop(True, True, "live", later, closing) is None
+    assert _why_stop(True, False, "live", past, closing) == "time-limit"
+    closing.set()  # the service stops: the run's end, if it came, is said
+    assert _why_stop(True, False, "ended", later, closing) == "run-ended"
+    assert _why_stop(True, False, "live", later, closing) == "closing"
+    closing.clear()
+    assert _why_cut(later, closing) is None
+    closing.set()
+    assert _why_cut(later, closing) == "closing"
+
+
 def test_more_than_one_page_is_sent_whole(tmp_path: Path) -> None:
     from fedplat.control.logs import PAGE
 
@@ -114,6 +164,10 @@ def test_runs_logs_over_the_control_api(
         assert rc == 0 and out.count("\n") == 1
         rc, _, err = cli(capsys, viewer, "runs", "logs", "no-such-run")
         assert rc == 2 and err.startswith("fedplat: NOT_FOUND: no run named")
+        rc, _, err = cli(capsys, viewer, "runs", "logs", name, "--tail", "0")
+        assert rc == 2 and err == "fedplat: --tail must be 1 to 10,000\n"
+        rc, out, _ = cli(capsys, viewer, "runs", "logs", name, "--all", "--tail", "1")
+        assert rc == 0 and out.splitlines()[0].split()[3] == "run_created:"
 
         with ControlClient(load_profile(viewer)) as c:
             with pytest.raises(ControlError, match="INVALID_ARGUMENT: after_id"):

@@ -70,18 +70,18 @@ def _counts(url: str, tables: set[str]) -> dict[str, int]:
 def test_head_matches_the_models_and_downgrades_to_base_and_back(
     db_url: str,
 ) -> None:
-    assert head_revision() == "0004"
+    assert head_revision() == "0005"
     migrate(db_url)
     assert _schema_diff(db_url) == []
     rev, tables, _ = _inspect(db_url)
-    assert (rev, tables) == ("0004", TABLES_0004)
+    assert (rev, tables) == ("0005", TABLES_0004)
 
     downgrade(db_url, "base")
     rev, tables, _ = _inspect(db_url)
     assert (rev, tables) == (None, set())
 
     migrate(db_url)
-    assert _inspect(db_url)[:2] == ("0004", TABLES_0004)
+    assert _inspect(db_url)[:2] == ("0005", TABLES_0004)
     assert _schema_diff(db_url) == []
 
 
