@@ -263,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
             [done[(r, a, b, seed)].accuracy for seed in setup.seeds],
             [done[(r, a, b, seed)].honest_flagged for seed in setup.seeds],
             [done[(r, a, b, seed)].byzantine_flagged for seed in setup.seeds],
+            sum(
+                done[(r, a, b, seed)].diverged_round is not None for seed in setup.seeds
+            ),
         )
         for r, a, b in grid(setup)
     }

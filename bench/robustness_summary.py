@@ -5,12 +5,16 @@ mean in disguise, and the goals.
 A row is one (rule, attack, bucketing) cell over every seed::
 
     {"rule", "bucketing", "attack", "accuracy_mean", "accuracy_std",
-     "accuracies", "honest_flagged", "byzantine_flagged", "same_as_mean"}
+     "accuracies", "honest_flagged", "byzantine_flagged", "diverged_seeds",
+     "same_as_mean"}
 
-``honest_flagged`` is the fraction of (honest row, round) pairs the rule clipped,
-excluded or down-weighted (mean over seeds); ``byzantine_flagged`` the same for
-the attackers' rows; ``same_as_mean`` whether every seed's accuracy equals the
-plain mean's in the same attack and bucketing (a rule tuned into the mean).
+``diverged_seeds`` counts the seeds whose model blew up (the rows became
+non-finite; the run stops there and its remaining evaluations take the
+diverged model's accuracy). ``honest_flagged`` is the fraction of (honest row,
+round) pairs the rule clipped, excluded or down-weighted (mean over seeds);
+``byzantine_flagged`` the same for the attackers' rows; ``same_as_mean``
+whether every seed's accuracy equals the plain mean's in the same attack and
+bucketing (a rule tuned into the mean).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Cell:
     accuracies: list[float]
     honest_flagged: list[float] | None = None
     byzantine_flagged: list[float] | None = None
+    diverged_seeds: int = 0  # seeds whose model blew up (non-finite rows)
 
 
 def _mean(xs: Sequence[float] | None) -> float | None:
@@ -55,6 +60,7 @@ def make_rows(cells: Mapping[Key, Cell]) -> list[dict[str, Any]]:
                 "accuracies": accs,
                 "honest_flagged": _mean(cell.honest_flagged),
                 "byzantine_flagged": _mean(cell.byzantine_flagged),
+                "diverged_seeds": cell.diverged_seeds,
                 "same_as_mean": (
                     rule != "mean"
                     and mean_cell is not None
@@ -76,6 +82,7 @@ def cells_of(rows: Sequence[Mapping[str, Any]]) -> dict[Key, Cell]:
             list(r["accuracies"]),
             None if hf is None else [hf] * n,
             None if bf is None else [bf] * n,
+            int(r.get("diverged_seeds", 0)),
         )
     return out
 

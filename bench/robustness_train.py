@@ -108,6 +108,8 @@ class RunResult:
     # Fractions of (row, round) pairs the rule clipped, excluded or down-weighted.
     honest_flagged: float = 0.0
     byzantine_flagged: float = 0.0
+    # The round at which the rows became non-finite (the model diverged).
+    diverged_round: int | None = None
 
 
 def run_one(
@@ -148,6 +150,7 @@ def run_one(
     cut = [0, 0]  # honest, Byzantine (row, round) pairs cut
     x_all, y_all = data.train.x, data.train.y
     evals: list[float] = []
+    diverged: int | None = None
     first_eval = rounds - setup.eval_every * (setup.eval_last - 1)
     for t in range(1, rounds + 1):
         idx = torch.stack(
@@ -168,6 +171,9 @@ def run_one(
             rows = buf
         else:
             rows = honest
+        if not bool(torch.isfinite(rows).all()):
+            diverged = t  # the model blew up: nothing left to aggregate
+            break
         tic = time.perf_counter()
         result = aggregator(rows)
         agg_time += time.perf_counter() - tic
@@ -179,15 +185,22 @@ def run_one(
         fm.w -= setup.lr * result.aggregate
         if t >= first_eval and (rounds - t) % setup.eval_every == 0:
             evals.append(float(evaluate(fm.load_into_model(), data.test).accuracy))
+    ran = rounds if diverged is None else diverged - 1
+    if diverged is not None:
+        # Every evaluation left gets the diverged model's accuracy (what a
+        # deployment would be left with), counted once per missing point.
+        acc = float(evaluate(fm.load_into_model(), data.test).accuracy)
+        evals += [acc] * (setup.eval_last - len(evals))
     return RunResult(
         accuracy=statistics.fmean(evals),
         final_accuracy=evals[-1],
         seconds=time.perf_counter() - t0,
-        rounds=rounds,
+        rounds=ran,
         aggregate_seconds=agg_time,
         flags=flag_counts,
-        honest_flagged=cut[0] / (setup.honest * rounds),
-        byzantine_flagged=cut[1] / (f * rounds) if f else 0.0,
+        honest_flagged=cut[0] / (setup.honest * ran) if ran else 0.0,
+        byzantine_flagged=cut[1] / (f * ran) if f and ran else 0.0,
+        diverged_round=diverged,
     )
 
 

@@ -172,3 +172,25 @@ def test_chosen_tau_is_the_best_worst_case_on_validation_data(
     # tie on both, and the smaller radius wins, whichever order they come in.
     assert chosen([300.0, 3.0, 50.0]) == 50.0
     assert chosen([3.0, 300.0]) == chosen([300.0, 3.0]) == 3.0
+
+
+def test_a_run_whose_model_blows_up_is_scored_not_crashed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unbounded attack can take a weak rule's model to Inf/NaN: the run
+    stops there and scores the diverged model, instead of the aggregator
+    refusing non-finite rows and the whole grid failing (as it once did)."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from dataclasses import replace
+
+    from bench.robustness_setup import TINY
+    from bench.robustness_train import load_data, run_one
+
+    setup = replace(TINY, rounds=6, eval_every=1, eval_last=3)
+    data = load_data(setup)
+    r = run_one(setup, data, "mean", "ipm_large", False, seed=0)
+    big = replace(setup, lr=1e30)  # a step that overflows float32 at once
+    blown = run_one(big, data, "mean", "ipm_large", False, seed=0)
+    assert r.diverged_round is None or r.diverged_round > 1
+    assert blown.diverged_round is not None and blown.rounds < setup.rounds
+    assert math.isfinite(blown.accuracy) and 0.0 <= blown.accuracy <= 1.0
