@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.docs import ROOT, replace_blocks, sourced
-from bench.robustness import ATTACKS, PAPER, RULES
+from bench.docs import ROOT, replace_blocks, source_note_of, sourced
+from bench.robustness_setup import ATTACKS, PAPER, RULES
+from bench.robustness_summary import label
 
 DOC = ROOT / "docs" / "robustness.md"
 RESULTS = ROOT / "bench" / "results"
@@ -50,42 +51,99 @@ def _table(summary: dict[str, Any]) -> dict[tuple[str, str, bool], dict[str, Any
 
 def _best_line(best: dict[str, dict[str, Any]]) -> str:
     return "; ".join(
-        f"{a}: {b['rule']}{' + bucketing' if b['bucketing'] else ''} "
-        f"({pct(b['accuracy_mean'])})"
+        f"{a}: {label(b['rule'], b['bucketing'])} ({pct(b['accuracy_mean'])})"
         for a, b in best.items()
     )
 
 
-def results_block(summary: dict[str, Any]) -> str:
-    """The grid's table, best rules and goal (what ``bench.robustness`` writes
-    into the page after a run)."""
-    rows, setup = summary["rows"], summary["setup"]
+def _flagged(row: dict[str, Any] | None) -> str:
+    if row is None or row.get("honest_flagged") is None:
+        return "-"
+    return f"{pct(row['honest_flagged'])} / {pct(row['byzantine_flagged'])}"
+
+
+def _pairs(
+    table: dict[tuple[str, str, bool], dict[str, Any]],
+    rule: str,
+    attacks: list[str],
+    cell: Any,
+) -> list[str]:
+    out = []
+    for a in attacks:
+        lo, hi = table.get((rule, a, False)), table.get((rule, a, True))
+        text = cell(lo) if hi is None else f"{cell(lo)} -> {cell(hi)}"
+        if cell is _cell and (rule, a) in PAPER:
+            p0, p1 = PAPER[(rule, a)]
+            text += f" (paper {p0} -> {p1})"
+        out.append(text)
+    return out
+
+
+def _grid_tables(summary: dict[str, Any]) -> list[str]:
+    rows = summary["rows"]
     table = _table(summary)
     attacks = [a for a in ATTACKS if any(r["attack"] == a for r in rows)]
     rules = [k for k in RULES if any(r["rule"] == k for r in rows)]
-    lines = [
-        "| rule | " + " | ".join(attacks) + " |",
-        "|---|" + "---|" * len(attacks),
+    head = ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
+    acc = [
+        f"| {r} | " + " | ".join(_pairs(table, r, attacks, _cell)) + " |" for r in rules
     ]
-    for rule in rules:
-        cells = []
-        for a in attacks:
-            lo, hi = table.get((rule, a, False)), table.get((rule, a, True))
-            cell = f"{_cell(lo)} -> {_cell(hi)}"
-            if (rule, a) in PAPER:
-                p0, p1 = PAPER[(rule, a)]
-                cell += f" (paper {p0} -> {p1})"
-            cells.append(cell)
-        lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+    cut = [
+        f"| {r} | " + " | ".join(_pairs(table, r, attacks, _flagged)) + " |"
+        for r in rules
+        if r != "mean"
+    ]
+    return [
+        *head,
+        *acc,
+        "",
+        "Rows the rule clipped, excluded or down-weighted (% of (row, round) "
+        "pairs, mean over seeds), honest / Byzantine; without -> with bucketing:",
+        "",
+        *head,
+        *cut,
+    ]
+
+
+def _goal_lines(summary: dict[str, Any]) -> list[str]:
     base = summary["no_attack_fedavg"]
-    cc = {
-        r["attack"]: base - r["accuracy_mean"]
-        for r in rows
-        if r["rule"] == "centered_clipping" and r["bucketing"]
-    }
-    cc_line = ", ".join(f"{a} {100 * gap:+.1f}" for a, gap in cc.items())
-    goal = summary["goal_cclip_bucketing_within_2_points"]
-    verdict = "n/a" if goal is None else "met" if goal else "not met"
+    best = summary["best_robust_worst_case"]
+    same = summary["robust_cells_same_as_mean"]
+    worst = "; ".join(
+        f"{label(w['rule'], w['bucketing'])} {pct(w['accuracy_mean'])} "
+        f"({w['worst_attack']})"
+        for w in summary["worst_case"]
+    )
+    met = summary["goal_best_robust_worst_case_within_2_points"]
+    gap = 100 * (base - best["accuracy_mean"])
+    same_text = (
+        "n/a (no plain-mean rows)"
+        if summary["goal_no_robust_cell_is_the_mean"] is None
+        else "met: no robust cell has the plain mean's accuracies"
+        if not same
+        else "not met: "
+        + ", ".join(
+            label(c["rule"], c["bucketing"]) + f" under {c['attack']}" for c in same
+        )
+    )
+    return [
+        f"Worst case over the attacks, best first: {worst}.",
+        "",
+        "Goal (the best robust rule's worst case within 2 points of the no-attack "
+        f"baseline): {'met' if met else 'not met'} "
+        f"({label(best['rule'], best['bucketing'])}, worst under "
+        f"{best['worst_attack']}: {pct(best['accuracy_mean'])}%, "
+        f"{gap:.1f} points below the baseline).",
+        "",
+        f"Goal (no robust rule is the plain mean in disguise): {same_text}.",
+    ]
+
+
+def results_block(summary: dict[str, Any]) -> str:
+    """The grid's tables, best rules and goals (what ``bench.robustness`` writes
+    into the page after a run)."""
+    setup = summary["setup"]
+    base = summary["no_attack_fedavg"]
     cclip = setup["rules"].get("centered_clipping")
     tau = f"; centered clipping at tau = {cclip['params']['tau']:g}" if cclip else ""
     return "\n".join(
@@ -99,16 +157,14 @@ def results_block(summary: dict[str, Any]) -> str:
             "parentheses the paper's MNIST numbers (the last validation accuracy "
             "of each seed, mean of 3 seeds).",
             "",
-            *lines,
+            *_grid_tables(summary),
             "",
             f"Best rule per attack: {_best_line(summary['best_per_attack'])}.",
             "",
             "Best robust rule (the plain mean left out): "
             f"{_best_line(summary['best_robust_per_attack'])}.",
             "",
-            "Goal (centered clipping + bucketing within 2 points of the no-attack "
-            f"baseline under every attack): {verdict}"
-            + (f" (points below the baseline: {cc_line})." if cc else "."),
+            *_goal_lines(summary),
             "",
             f"The grid ({len(summary['rows']) * len(setup['seeds'])} runs plus "
             f"{len(setup['seeds'])} baselines of {setup['rounds']} rounds) took "
@@ -120,22 +176,14 @@ def results_block(summary: dict[str, Any]) -> str:
 def findings_block(summary: dict[str, Any]) -> str:
     """The numbers the page's discussion of the table rests on."""
     table, base = _table(summary), summary["no_attack_fedavg"]
+    attacks = list(dict.fromkeys(r["attack"] for r in summary["rows"]))
 
     def acc(rule: str, attack: str, b: bool) -> float:
         return table[(rule, attack, b)]["accuracy_mean"]
 
-    robust = summary["best_robust_per_attack"]
-    cc_best = [
-        a
-        for a, b in robust.items()
-        if b["rule"] == "centered_clipping" and b["bucketing"]
-    ]
-    near = {
-        a: 100 * (robust[a]["accuracy_mean"] - acc("centered_clipping", a, True))
-        for a in robust
-        if a not in cc_best
-    }
-    mimic = table[("centered_clipping", "mimic", True)]["accuracies"]
+    def cut(rule: str, attack: str, b: bool) -> str:
+        return pct(table[(rule, attack, b)]["honest_flagged"] or 0.0)
+
     alie = {k: r for k, r in table.items() if k[1] == "alie"}
     alie_best = max(alie.values(), key=lambda r: r["accuracy_mean"])
     mean_best = [
@@ -148,50 +196,63 @@ def findings_block(summary: dict[str, Any]) -> str:
         )
 
     mimic_mean = acc("mean", "mimic", False)
-    flag_plain = [acc("flag", a, False) for a in ATTACKS if a != "alie"]
-    flag_buck = [acc("flag", a, True) for a in ATTACKS if a != "alie"]
-    return "\n".join(
-        [
-            "- Centered clipping + bucketing is the best robust rule under "
-            f"{', '.join(cc_best)}; elsewhere it is "
-            + ", ".join(f"{v:.1f} points under the best ({a})" for a, v in near.items())
-            + ". Its seeds under mimic: "
-            + " / ".join(pct(x) for x in mimic)
-            + ".",
-            f"- ALIE: the best cell is {alie_best['rule']}"
-            f"{' + bucketing' if alie_best['bucketing'] else ''} "
-            f"({pct(alie_best['accuracy_mean'])}%, "
-            f"{100 * (base - alie_best['accuracy_mean']):.1f} points under the "
-            f"baseline); the plain mean loses "
-            f"{100 * (base - acc('mean', 'alie', False)):.1f} points "
-            f"({pct(acc('mean', 'alie', False))}%).",
-            f"- Mimic costs the plain mean {100 * (base - mimic_mean):.1f} points "
-            f"({pct(mimic_mean)}%).",
-            f"- The plain mean is the best rule under {len(mean_best)} of "
-            f"{len(ATTACKS)} attacks ({', '.join(mean_best)}).",
-            f"- Median under sign flip: {pct(acc('median', 'sign_flip', False))}% "
-            f"(paper {PAPER[('median', 'sign_flip')][0]}%). Bucketing lifts "
+    bounded = [a for a in attacks if a not in ("alie", "ipm_large")]
+    flag_plain = [acc("flag", a, False) for a in bounded]
+    flag_buck = [acc("flag", a, True) for a in bounded]
+    lines = [
+        f"- The unbounded attack (ipm_large) takes the plain mean to "
+        f"{pct(acc('mean', 'ipm_large', False))}%; centered clipping holds "
+        f"{pct(acc('centered_clipping', 'ipm_large', False))}% -> "
+        f"{pct(acc('centered_clipping', 'ipm_large', True))}% and cuts "
+        f"{cut('centered_clipping', 'ipm_large', False)}% of the honest rows "
+        f"there (bounded attacks: "
+        + ", ".join(f"{a} {cut('centered_clipping', a, False)}%" for a in bounded)
+        + ").",
+        f"- ALIE: the best cell is {label(alie_best['rule'], alie_best['bucketing'])} "
+        f"({pct(alie_best['accuracy_mean'])}%, "
+        f"{100 * (base - alie_best['accuracy_mean']):.1f} points under the "
+        f"baseline); the plain mean loses "
+        f"{100 * (base - acc('mean', 'alie', False)):.1f} points "
+        f"({pct(acc('mean', 'alie', False))}%).",
+        f"- Mimic costs the plain mean {100 * (base - mimic_mean):.1f} points "
+        f"({pct(mimic_mean)}%).",
+        f"- The plain mean is the best rule under {len(mean_best)} of "
+        f"{len(attacks)} attacks ({', '.join(mean_best) or 'none'}).",
+    ]
+    if ("nnm_centered_clipping", "alie", False) in table:
+        lines.append(
+            "- NNM before centered clipping, against centered clipping alone: "
             + "; ".join(
-                move(r, a)
-                for r, a in (
-                    ("median", "ipm"),
-                    ("geometric_median", "label_flip"),
-                    ("flag", "sign_flip"),
-                    ("krum", "sign_flip"),
-                )
+                f"{a} {pct(acc('centered_clipping', a, False))} -> "
+                f"{pct(acc('nnm_centered_clipping', a, False))}"
+                for a in attacks
             )
-            + "; under ALIE it costs "
-            + "; ".join(
-                f"{r} {pct(acc(r, 'alie', False))} -> {pct(acc(r, 'alie', True))}"
-                for r in ("trimmed_mean", "geometric_median")
+            + "."
+        )
+    lines += [
+        f"- Median under sign flip: {pct(acc('median', 'sign_flip', False))}% "
+        f"(paper {PAPER[('median', 'sign_flip')][0]}%). Bucketing lifts "
+        + "; ".join(
+            move(r, a)
+            for r, a in (
+                ("median", "ipm"),
+                ("geometric_median", "label_flip"),
+                ("flag", "sign_flip"),
+                ("krum", "sign_flip"),
             )
-            + ".",
-            f"- Flag Aggregator under sign flip, label flip, mimic and IPM: "
-            f"{pct(min(flag_plain))}-{pct(max(flag_plain))}% without bucketing, "
-            f"{pct(min(flag_buck))}-{pct(max(flag_buck))}% with it; under ALIE "
-            f"{pct(acc('flag', 'alie', False))}% -> {pct(acc('flag', 'alie', True))}%.",
-        ]
-    )
+        )
+        + "; under ALIE it costs "
+        + "; ".join(
+            f"{r} {pct(acc(r, 'alie', False))} -> {pct(acc(r, 'alie', True))}"
+            for r in ("trimmed_mean", "geometric_median")
+        )
+        + ".",
+        f"- Flag Aggregator under {', '.join(bounded)}: "
+        f"{pct(min(flag_plain))}-{pct(max(flag_plain))}% without bucketing, "
+        f"{pct(min(flag_buck))}-{pct(max(flag_buck))}% with it; under ALIE "
+        f"{pct(acc('flag', 'alie', False))}% -> {pct(acc('flag', 'alie', True))}%.",
+    ]
+    return "\n".join(lines)
 
 
 def tau_block(tau: dict[str, Any]) -> str:
@@ -283,9 +344,11 @@ def doc_blocks() -> dict[str, str]:
     return {**robustness_blocks(), **speed_blocks()}
 
 
-def write_results_block(summary: dict[str, Any], path: Path) -> None:
-    """After a grid run: rewrite its block in ``path`` (a fresh page if missing)."""
-    block = {"robustness-results": results_block(summary)}
+def write_results_block(summary: dict[str, Any], path: Path, out: Path) -> None:
+    """After a grid run (its results written to ``out``): rewrite its block in
+    ``path`` (a fresh page if missing)."""
+    body = f"{results_block(summary)}\n\n{source_note_of(out, summary)}"
+    block = {"robustness-results": body}
     if not path.exists():
         path.write_text(
             "# Robustness\n\n<!-- robustness-results:begin -->\n"

@@ -21,7 +21,8 @@ def test_tiny_grid_writes_results_and_markdown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO))  # bench/ is not an installed package
-    from bench.robustness import TINY, main
+    from bench.robustness import main
+    from bench.robustness_setup import TINY
 
     out, docs = tmp_path / "robustness.json", tmp_path / "robustness.md"
     threads = torch.get_num_threads()
@@ -32,10 +33,13 @@ def test_tiny_grid_writes_results_and_markdown(
     assert len(rows) == len(TINY.rules) * len(TINY.attacks) * 2
     for row in rows:
         assert set(row) >= {"rule", "bucketing", "attack", "accuracy_mean"}
+        assert 0.0 <= row["honest_flagged"] <= 1.0
+        assert 0.0 <= row["byzantine_flagged"] <= 1.0
         assert "accuracy_std" in row
         assert math.isfinite(row["accuracy_mean"])
     assert {r["attack"] for r in rows} == set(TINY.attacks)
     assert set(summary["best_per_attack"]) == set(TINY.attacks)
+    assert len(summary["worst_case"]) == len(TINY.rules) * 2
     text = docs.read_text()
     assert "<!-- robustness-results:begin -->" in text
     assert "| centered_clipping |" in text
@@ -72,7 +76,8 @@ def test_tau_is_chosen_on_validation_data_never_on_the_test_set(
     import numpy as np
 
     import bench.robustness_tau as rt
-    from bench.robustness import TINY, VALIDATION_SEED, load_data
+    from bench.robustness_setup import TINY, VALIDATION_SEED
+    from bench.robustness_train import load_data
 
     # What every scored run trains and evaluates on (tiny mode: one worker, so
     # the data is built in this process and handed to run_jobs).
@@ -110,7 +115,7 @@ def _fake_scores(
     """Make :func:`bench.robustness_tau.tune` score tau ``t``'s jobs (in job
     order: attack-major, then bucketing) ``table[t]``, without training."""
     import bench.robustness_tau as rt
-    from bench.robustness import RunResult
+    from bench.robustness_train import RunResult
 
     taus_run: list[float] = []
 
@@ -127,35 +132,65 @@ def _fake_scores(
     return taus_run
 
 
-def test_chosen_tau_is_the_argmax_of_mean_validation_accuracy(
+def test_chosen_tau_is_the_best_worst_case_on_validation_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO))
     from dataclasses import replace
 
-    from bench.robustness import TINY
+    from bench.robustness_setup import TINY
     from bench.robustness_tau import tune
 
     setup = replace(TINY, rules=("centered_clipping",), validation=300)
     # Four jobs per tau (2 attacks x without/with bucketing); dyadic values, so
-    # the means are exact: tau 10 -> 0.6875, 30 -> 0.625 (but the best single
-    # score, 1.0), 100 -> 0.75, 300 -> 0.6875.
+    # the means are exact. Worst / mean: tau 10 -> 0.5 / 0.6875, 30 -> 0.25 /
+    # 0.625 (but the best single score, 1.0), 100 -> 0.75 / 0.75, 300 -> 0.625 /
+    # 0.6875, 3 -> as 300, 50 -> 0.625 / 0.8125 (the best mean).
     table = {
+        3.0: [0.625, 0.625, 0.75, 0.75],
         10.0: [0.5, 0.625, 0.75, 0.875],
         30.0: [1.0, 0.25, 1.0, 0.25],
+        50.0: [0.625, 1.0, 1.0, 0.625],
         100.0: [0.75, 0.75, 0.75, 0.75],
         300.0: [0.625, 0.625, 0.75, 0.75],
     }
     taus_run = _fake_scores(monkeypatch, table)
     res = tune(setup, [300.0, 30.0, 10.0, 100.0], workers=1, log=lambda _: None)
     assert taus_run == [300.0, 30.0, 10.0, 100.0]
+    assert res["worst_by_tau"] == {"300": 0.625, "30": 0.25, "10": 0.5, "100": 0.75}
     assert res["mean_by_tau"] == {"300": 0.6875, "30": 0.625, "10": 0.6875, "100": 0.75}
-    assert res["chosen_tau"] == 100.0  # the largest mean, not the largest score
+    assert res["chosen_tau"] == 100.0  # the best worst case, not the best score
     assert [s["accuracy"] for s in res["scores"] if s["tau"] == 30.0] == table[30.0]
 
-    # Without tau 100, 10 and 300 tie at 0.6875: the smaller radius wins,
-    # whichever order the grid lists them in.
-    for taus in ([10.0, 30.0, 300.0], [300.0, 30.0, 10.0]):
+    def chosen(taus: list[float]) -> float:
         _fake_scores(monkeypatch, table)
-        res = tune(setup, taus, workers=1, log=lambda _: None)
-        assert res["chosen_tau"] == 10.0, taus
+        return float(tune(setup, taus, workers=1, log=lambda _: None)["chosen_tau"])
+
+    # 10 and 300 have the same mean: the worst case decides, not the radius.
+    assert chosen([10.0, 300.0]) == chosen([300.0, 10.0]) == 300.0
+    # 300, 3 and 50 share the worst case: the higher mean (50) wins; 300 and 3
+    # tie on both, and the smaller radius wins, whichever order they come in.
+    assert chosen([300.0, 3.0, 50.0]) == 50.0
+    assert chosen([3.0, 300.0]) == chosen([300.0, 3.0]) == 3.0
+
+
+def test_a_run_whose_model_blows_up_is_scored_not_crashed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unbounded attack can take a weak rule's model to Inf/NaN: the run
+    stops there and scores the diverged model, instead of the aggregator
+    refusing non-finite rows and the whole grid failing (as it once did)."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from dataclasses import replace
+
+    from bench.robustness_setup import TINY
+    from bench.robustness_train import load_data, run_one
+
+    setup = replace(TINY, rounds=6, eval_every=1, eval_last=3)
+    data = load_data(setup)
+    r = run_one(setup, data, "mean", "ipm_large", False, seed=0)
+    big = replace(setup, lr=1e30)  # a step that overflows float32 at once
+    blown = run_one(big, data, "mean", "ipm_large", False, seed=0)
+    assert r.diverged_round is None or r.diverged_round > 1
+    assert blown.diverged_round is not None and blown.rounds < setup.rounds
+    assert math.isfinite(blown.accuracy) and 0.0 <= blown.accuracy <= 1.0

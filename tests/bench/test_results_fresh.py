@@ -30,8 +30,8 @@ UNSTAMPED = frozenset({
     "contribution.json", "contribution_dirichlet.json",
     "contribution_free_rider_random.json", "contribution_free_rider_stale.json",
     "dp_fedavg.json", "dp_fedavg_tuning.json", "faults.json",
-    "gossip_disruption.json", "leakage.json", "load.json", "robustness.json",
-    "robustness_tau.json", "round_overhead.json", "round_overhead_fleet.json",
+    "gossip_disruption.json", "leakage.json", "load.json",
+    "round_overhead.json", "round_overhead_fleet.json",
     "scale.json", "secagg.json", "stream_window.json", "tabular.json",
     "vs_flower.json", "vs_flower_sim.json",
 })  # fmt: skip
