@@ -74,9 +74,12 @@ def test_tiny_fleet_connects_and_is_woken(tmp_path: Path) -> None:
     assert data["failures"] == 0, data["failure_examples"]
     assert data["tasks_received"] == s["rounds"] * s["per_round"]
     # Selected clients are woken when the round opens, not answered at their
-    # next long poll: most tasks reach a poll that was already waiting (a client
-    # that just uploaded may poll after the next round opened).
-    assert data["tasks_woken_mid_poll"] >= data["tasks_received"] / 2
+    # next long poll: tasks reach polls that were already waiting. How many
+    # depends on scheduling (a client that just uploaded polls after the next
+    # round opened; on a loaded machine 20 of 80 did, where 2,000 of 2,000 did
+    # in the committed run), so only the mechanism is asserted here; the wake-up
+    # itself is tested deterministically in tests/server/test_waiting.py.
+    assert data["tasks_woken_mid_poll"] > 0
     assert data["coordinator_peak_rss_mb"] > 0
     # grpc.aio: every client connected and waiting, yet fewer threads than
     # clients (a thread per long poll would need at least one each).
