@@ -21,7 +21,7 @@ import argparse
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ __all__ = [
     "source_note",
     "source_note_of",
     "sourced",
+    "stamps",
     "t_quantile_975",
     "with_source",
 ]
@@ -61,19 +62,27 @@ def t_quantile_975(df: int) -> float:
 RESULTS = ROOT / "bench" / "results"
 
 
-def _commits(doc: Any) -> list[tuple[str, bool]]:
-    """Every ``environment`` block's (commit, tree_dirty), at any depth."""
-    found: list[tuple[str, bool]] = []
+def stamps(doc: Any) -> Iterator[dict[str, Any]]:
+    """Every ``environment`` block with a ``commit`` key in a results document,
+    at any depth (a before/after comparison holds one per run)."""
     if isinstance(doc, dict):
         env = doc.get("environment")
-        if isinstance(env, dict) and env.get("commit"):
-            found.append((str(env["commit"]), bool(env.get("tree_dirty"))))
+        if isinstance(env, dict) and "commit" in env:
+            yield env
         for v in doc.values():
-            found += _commits(v)
+            yield from stamps(v)
     elif isinstance(doc, list):
         for v in doc:
-            found += _commits(v)
-    return found
+            yield from stamps(v)
+
+
+def _commits(doc: Any) -> list[tuple[str, bool]]:
+    """Every stamped commit (non-empty) and whether its tree was dirty."""
+    return [
+        (str(env["commit"]), bool(env.get("tree_dirty")))
+        for env in stamps(doc)
+        if env["commit"]
+    ]
 
 
 def _part(path: Path, docs: list[Any]) -> str:

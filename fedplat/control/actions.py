@@ -20,6 +20,7 @@ from fedplat.control.audit import AUDIT_KIND, printable
 from fedplat.proto import control_pb2 as pb
 from fedplat.security.operators import Operator
 from fedplat.store import ClientRecord, RunRecord, Store
+from fedplat.store.validate import INT32_MAX
 from fedplat.ui.status import client_state, run_view
 
 #: The most tokens one call makes, and the longest they may live.
@@ -29,8 +30,6 @@ MAX_TOKEN_SECONDS = 365 * 24 * 3600.0
 MAX_LIST = 1000
 DEFAULT_LIST = 100
 MAX_TEXT = 255
-#: Event ids are int4 in the store.
-INT32_MAX = 2**31 - 1
 
 
 class Refused(Exception):
@@ -149,7 +148,7 @@ class Actions:
         from fedplat.control.logs import MAX_TAIL, LogStart, start_after
 
         run = self._run(request.run)
-        if request.after_id > INT32_MAX:
+        if request.after_id > INT32_MAX:  # event ids are int4 in the store
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "after_id: no such event")
         if request.tail > MAX_TAIL:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"tail: at most {MAX_TAIL}")

@@ -129,13 +129,13 @@ async def stream(
         # The run's state is read before the page, so the page holds every
         # event recorded before the end.
         state = await asyncio.to_thread(_state, store, start.run_id) if follow else ""
-        read = PAGE + LATE_IDS
         page = await asyncio.to_thread(
-            store.events_after, start.run_id, window.low, read
+            store.events_after, start.run_id, window.low, PAGE + LATE_IDS
         )
         for e in window.fresh(page):
             yield _message(e)
-        if len(page) == read:  # more to send now, within the stream's life
+        full = len(page) == PAGE + LATE_IDS  # more to send now
+        if full:  # ...within the stream's life
             why = _why_cut(until, closing)
         else:
             why = _why_stop(follow, last_look, state, until, closing)
@@ -143,7 +143,7 @@ async def stream(
             if end is not None:
                 end.append(why)
             return
-        if len(page) == read:
+        if full:
             continue
         last_look = state != "live" or (closing is not None and closing.is_set())
         if closing is None:

@@ -63,8 +63,6 @@ REQUESTS: dict[str, Any] = {
     "RevokeOperator": pb.OperatorRef,
     "ListAudit": pb.AuditRequest,
 }
-#: Methods that answer with a stream (served by their own loop).
-STREAMS: dict[str, Any] = {"StreamLog": pb.LogRequest}
 #: Streams one certificate may hold open at once, and all certificates together
 #: (apart from the slots of the other calls).
 STREAMS_PER_OPERATOR = 2
@@ -204,10 +202,10 @@ class ControlServicer:
                 f"the log was not read for {WRITE_SECONDS:g} s",
             )
         except REFUSALS as exc:
-            if not started:
-                await self._refuse(context, who, method, target, *_refusal(exc))
-            # A store error mid-stream: the call was audited when it started.
             code, reason = _refusal(exc)
+            if not started:
+                await self._refuse(context, who, method, target, code, reason)
+            # A store error mid-stream: the call was audited when it started.
             log.warning("StreamLog of %s for %s ended: %s", target, who.name, reason)
             await context.abort(code, reason)
 
@@ -289,7 +287,6 @@ class ControlServicer:
 
 
 __all__ = [
-    "LOG_END",
     "MAX_STREAMS",
     "SERVICE",
     "ControlLimits",

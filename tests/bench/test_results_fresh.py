@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.docs import stamps
 from tests.support import REPO
 
 RESULTS = REPO / "bench" / "results"
@@ -35,20 +36,6 @@ UNSTAMPED = frozenset({
     "scale.json", "secagg.json", "stream_window.json", "tabular.json",
     "vs_flower.json", "vs_flower_sim.json",
 })  # fmt: skip
-
-
-def stamps(doc: Any) -> Iterator[dict[str, Any]]:
-    """Every ``environment`` block with a ``commit`` key, at any depth (a
-    before/after comparison holds one per run)."""
-    if isinstance(doc, dict):
-        env = doc.get("environment")
-        if isinstance(env, dict) and "commit" in env:
-            yield env
-        for v in doc.values():
-            yield from stamps(v)
-    elif isinstance(doc, list):
-        for v in doc:
-            yield from stamps(v)
 
 
 def problems(doc: Any, is_ancestor: Callable[[str], bool]) -> list[str]:
